@@ -1,0 +1,3 @@
+from parley.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Platform administration: routes for platform admins only."""

@@ -1,0 +1,1 @@
+"""Platform API keys: organization-scoped bearer credentials for scripts and servers."""

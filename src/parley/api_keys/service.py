@@ -1,0 +1,65 @@
+"""API keys: minted with a random secret, stored only as SHA-256, shown once, revocable."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.api_keys.models import ApiKey
+from parley.api_keys.schemas import ApiKeyCreate, ApiKeyOut
+from parley.auth.principal import OrgContext
+from parley.kit.crypto import sha256_hex
+from parley.kit.db import utcnow
+from parley.kit.errors import Conflict, Forbidden
+from parley.kit.ids import new_id
+from parley.kit.tenancy import get_owned
+
+
+def status_of(key: ApiKey) -> str:
+    if key.revoked_at is not None:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= utcnow():
+        return "expired"
+    return "active"
+
+
+def to_out(key: ApiKey) -> ApiKeyOut:
+    return ApiKeyOut.model_validate(
+        {**{c: getattr(key, c) for c in ApiKeyOut.model_fields if c != "status"}, "status": status_of(key)}
+    )
+
+
+async def create_key(session: AsyncSession, context: OrgContext, data: ApiKeyCreate) -> tuple[ApiKey, str]:
+    principal = context.principal
+    if principal.kind == "api_key" and not set(data.scopes) <= principal.scopes:
+        raise Forbidden("An API key can only create keys with scopes it has itself.")
+    key_id = new_id("key")
+    secret = f"pk_{key_id.removeprefix('key_').lower()}_{secrets.token_urlsafe(32)}"
+    key = ApiKey(
+        id=key_id,
+        organization_id=context.organization_id,
+        name=data.name,
+        key_hash=sha256_hex(secret),
+        hint=secret[-4:],
+        scopes=list(data.scopes),
+        expires_at=utcnow() + timedelta(days=data.expires_in_days) if data.expires_in_days else None,
+        created_by=context.actor_user_id,
+    )
+    session.add(key)
+    await session.flush()
+    return key, secret
+
+
+async def get_key(session: AsyncSession, context: OrgContext, key_id: str) -> ApiKey:
+    return await get_owned(session, ApiKey, key_id, context.organization_id, "API key")
+
+
+async def revoke_key(session: AsyncSession, context: OrgContext, key_id: str) -> ApiKey:
+    key = await get_key(session, context, key_id)
+    if key.revoked_at is not None:
+        raise Conflict(f"API key {key_id!r} is already revoked.")
+    key.revoked_at = utcnow()
+    await session.flush()
+    return key

@@ -1,0 +1,91 @@
+"""The platform API application factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from parley.admin.router import router as admin_router
+from parley.api_keys.router import router as api_keys_router
+from parley.audit.router import router as audit_router
+from parley.auth.router import router as me_router
+from parley.auth.tokens import TokenVerifier
+from parley.config import Settings, prepare_settings
+from parley.kit.db import Database
+from parley.kit.errors import install_error_handlers
+from parley.kit.logging import configure_logging
+from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
+from parley.kit.ratelimit import SlidingWindowLimiter
+from parley.kit.responses import JSONBytesResponse
+from parley.openapi import install_openapi
+from parley.organizations.router import router as organizations_router
+from parley.system.router import router as system_router
+
+DESCRIPTION = (
+    "Parley's platform API: organizations, API keys, flows, tools, knowledge, sessions, calls and more. "
+    "Authenticate with `Authorization: Bearer <JWT or API key>`; pick the organization with "
+    "`X-Organization-Id` when you belong to several."
+)
+
+ROUTERS = (
+    system_router,
+    me_router,
+    organizations_router,
+    api_keys_router,
+    audit_router,
+    admin_router,
+)
+
+
+def _operation_id(route: APIRoute) -> str:
+    return route.name
+
+
+def create_app(settings: Settings | None = None, *, database: Database | None = None) -> FastAPI:
+    """Build the platform app. ``database`` lets tests hand in a connection-bound session factory."""
+    settings = prepare_settings(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = database is None
+        app.state.db = database or Database.from_url(
+            settings.resolved_database_url,
+            pool_size=settings.db_pool_size,
+            pool_timeout=settings.db_pool_timeout,
+        )
+        try:
+            yield
+        finally:
+            if owned:
+                await app.state.db.dispose()
+
+    app = FastAPI(
+        title="Parley Platform API",
+        version="1.0.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        default_response_class=JSONBytesResponse,
+        generate_unique_id_function=_operation_id,
+    )
+    app.state.settings = settings
+    app.state.token_verifier = TokenVerifier(settings)
+    app.state.rate_limiter = SlidingWindowLimiter(settings.rate_limit_per_minute)
+    if database is not None:
+        app.state.db = database
+    install_error_handlers(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware)
+    install_openapi(app, routers=ROUTERS, title=app.title, version="1.0.0", description=DESCRIPTION)
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory`` (multi-worker serving): settings are read when a worker starts."""
+    settings = prepare_settings()
+    configure_logging(settings.log_level, settings.log_json)
+    return create_app(settings)

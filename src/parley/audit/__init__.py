@@ -1,0 +1,1 @@
+"""Audit events: who did what to which resource, in which organization, when and from where."""

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from parley.organizations.models import Role
+
+API_KEY_SCOPES = ("read", "write", "admin")
+_SCOPE_ROLE = {"admin": Role.admin, "write": Role.member, "read": Role.viewer}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a user (from a JWT) or an organization's API key."""
+
+    kind: Literal["user", "api_key"]
+    id: str
+    subject: str | None = None
+    email: str | None = None
+    name: str | None = None
+    is_platform_admin: bool = False
+    api_key_organization_id: str | None = None
+    scopes: frozenset[str] = frozenset()
+
+    @property
+    def is_user(self) -> bool:
+        return self.kind == "user"
+
+    def api_key_role(self) -> Role:
+        """The strongest role an API key's scopes grant."""
+        roles = [_SCOPE_ROLE[s] for s in self.scopes if s in _SCOPE_ROLE]
+        return max(roles, key=lambda r: r.rank) if roles else Role.viewer
+
+
+@dataclass(frozen=True)
+class OrgContext:
+    """The active organization of a request and the caller's role in it."""
+
+    organization_id: str
+    role: Role
+    principal: Principal
+
+    @property
+    def actor_user_id(self) -> str | None:
+        return self.principal.id if self.principal.is_user else None

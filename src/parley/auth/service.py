@@ -1,0 +1,85 @@
+"""Resolving credentials into principals: users from JWT claims, API keys from their hash."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.api_keys.models import ApiKey
+from parley.auth.models import User
+from parley.auth.principal import Principal
+from parley.auth.tokens import ADMIN_ROLE_CLAIM, Claims
+from parley.kit.crypto import constant_time_equals, sha256_hex
+from parley.kit.db import utcnow
+from parley.kit.errors import Unauthorized
+from parley.kit.ids import new_id
+from parley.kit.metrics import AUTH_FAILURES
+
+API_KEY_PREFIX = "pk_"
+_LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+async def user_from_claims(session: AsyncSession, claims: Claims, admin_subjects: list[str]) -> Principal:
+    user = await session.scalar(select(User).where(User.subject == claims.subject))
+    if user is None:
+        user = User(id=new_id("usr"), subject=claims.subject, email=claims.email, name=claims.name)
+        try:
+            async with session.begin_nested():
+                session.add(user)
+        except IntegrityError:
+            # A concurrent first request created the same user; use that row.
+            user = await session.scalar(select(User).where(User.subject == claims.subject))
+            if user is None:  # pragma: no cover - the unique violation guarantees the row exists
+                raise
+    elif (claims.email and claims.email != user.email) or (claims.name and claims.name != user.name):
+        user.email = claims.email or user.email
+        user.name = claims.name or user.name
+    return Principal(
+        kind="user",
+        id=user.id,
+        subject=user.subject,
+        email=user.email,
+        name=user.name,
+        is_platform_admin=claims.subject in admin_subjects or ADMIN_ROLE_CLAIM in claims.roles,
+    )
+
+
+def split_api_key(token: str) -> tuple[str, str] | None:
+    """``pk_<ulid>_<secret>`` → (key id, whole token); None when it is not shaped like a key."""
+    parts = token.split("_")
+    if len(parts) != 3 or parts[0] != "pk" or len(parts[1]) != 26 or len(parts[2]) < 20:
+        return None
+    return f"key_{parts[1].upper()}", token
+
+
+async def principal_from_api_key(session: AsyncSession, token: str) -> Principal:
+    split = split_api_key(token)
+    if split is None:
+        AUTH_FAILURES.labels("api_key").inc()
+        raise Unauthorized("The API key is malformed.")
+    key_id, whole = split
+    key = await session.get(ApiKey, key_id)
+    # Compare even when the row is missing, so timing does not reveal which key ids exist.
+    expected = key.key_hash if key is not None else "0" * 64
+    if not constant_time_equals(sha256_hex(whole), expected) or key is None:
+        AUTH_FAILURES.labels("api_key").inc()
+        raise Unauthorized("The API key is not valid.")
+    now = utcnow()
+    if key.revoked_at is not None:
+        AUTH_FAILURES.labels("api_key_revoked").inc()
+        raise Unauthorized("The API key has been revoked.")
+    if key.expires_at is not None and key.expires_at <= now:
+        AUTH_FAILURES.labels("api_key_expired").inc()
+        raise Unauthorized("The API key has expired.")
+    if key.last_used_at is None or now - key.last_used_at > _LAST_USED_RESOLUTION:
+        key.last_used_at = now
+    return Principal(
+        kind="api_key",
+        id=key.id,
+        name=key.name,
+        api_key_organization_id=key.organization_id,
+        scopes=frozenset(key.scopes),
+    )

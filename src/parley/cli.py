@@ -1,0 +1,201 @@
+"""The ``parley`` command: run the services, manage the database, mint tokens.
+
+Every command reads the configuration once, when it runs (``PARLEY_*`` variables or ``.env``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from parley.config import ConfigError, Settings, prepare_settings
+from parley.connector.cli import app as connector_app
+
+app = typer.Typer(
+    help="Parley: build, run and operate AI phone agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="Database migrations of the platform API.", no_args_is_help=True)
+token_app = typer.Typer(help="Local bearer tokens (HS256, signed with the configured secret).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(token_app, name="token")
+app.add_typer(connector_app, name="connector")
+
+console = Console(stderr=True)
+out = Console()
+
+LOCAL_ADMIN_SUBJECT = "local-admin"
+
+
+def _settings() -> Settings:
+    try:
+        return prepare_settings(Settings())
+    except ConfigError as exc:
+        console.print(f"[red]Configuration error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    except ValueError as exc:  # pydantic validation of PARLEY_* values
+        console.print(f"[red]Configuration error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+def _migrate(settings: Settings) -> None:
+    from parley.kit.migrate import upgrade
+
+    try:
+        upgrade(settings.resolved_database_url)
+    except (OSError, ConnectionError) as exc:
+        console.print(f"[red]The database at PARLEY_DATABASE_URL cannot be reached:[/red] {exc.__class__.__name__}.")
+        raise typer.Exit(2) from exc
+
+
+def _run_platform(settings: Settings, host: str, port: int, workers: int) -> None:
+    import uvicorn
+
+    from parley.kit.logging import configure_logging
+
+    configure_logging(settings.log_level, settings.log_json)
+    if workers > 1:
+        os.environ["PARLEY_HOST"], os.environ["PARLEY_PORT"] = host, str(port)
+        uvicorn.run(
+            "parley.app:create_app_from_env", factory=True, host=host, port=port, workers=workers,
+            access_log=False, log_level="warning",
+        )
+        return
+    from parley.app import create_app
+
+    uvicorn.run(create_app(settings), host=host, port=port, access_log=False, log_level="warning")
+
+
+@app.command()
+def up(
+    host: Annotated[str, typer.Option(help="Address of the platform API.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port of the platform API.")] = 8000,
+    connector_port: Annotated[int, typer.Option(help="Port of the order connector.")] = 8001,
+    demo_orders: Annotated[int, typer.Option(help="Demo orders to generate on first run.")] = 20000,
+) -> None:
+    """Start the embedded default: platform API and order connector, SQLite, first-run setup.
+
+    Applies migrations, generates secrets and demo orders on first run, prints both URLs, an admin
+    token and a connector key, then serves until Ctrl-C.
+    """
+    settings = _settings()
+    settings.host, settings.port = host, port
+    settings.connector_url = f"http://{host}:{connector_port}"
+    _migrate(settings)
+
+    from parley.auth.tokens import mint_token
+    from parley.connector import setup as connector_setup
+    from parley.connector.config import ConnectorSettings
+
+    connector_settings = ConnectorSettings(data_dir=settings.data_dir)
+    connector_setup.upgrade_database(connector_settings)
+    with console.status("Preparing demo orders..."):
+        orders = connector_setup.ensure_demo_orders(connector_settings, count=demo_orders)
+    key_file = settings.data_dir / "connector_key"
+    if not key_file.exists():
+        key_file.write_text(connector_setup.create_key(connector_settings, "local-demo") + "\n")
+        key_file.chmod(0o600)
+    connector_key = key_file.read_text().strip()
+    token = mint_token(
+        settings, subject=LOCAL_ADMIN_SUBJECT, name="Local admin", admin=True, ttl_seconds=30 * 24 * 3600
+    )
+
+    child = subprocess.Popen(  # the connector runs as its own process, as in production
+        [sys.executable, "-m", "parley", "connector", "serve", "--host", host, "--port", str(connector_port)],
+        env={**os.environ, "PARLEY_DATA_DIR": str(Path(settings.data_dir).resolve())},
+    )
+    out.print(f"\n[bold green]Parley is running[/bold green] (data in {Path(settings.data_dir).resolve()})")
+    out.print(f"  Platform API:    http://{host}:{port}   (OpenAPI docs at /docs)")
+    out.print(f"  Order connector: http://{host}:{connector_port}   ({orders} orders)")
+    out.print("\n  Admin token (valid 30 days):")
+    out.print(f"export TOKEN={token}", soft_wrap=True)
+    out.print("  Connector key:")
+    out.print(f"export KEY={connector_key}", soft_wrap=True)
+    out.print(
+        "\n  Try: curl -X POST http://127.0.0.1:8000/api/organizations -H \"Authorization: Bearer $TOKEN\" "
+        "-H 'Content-Type: application/json' -d '{\"name\":\"Autohaus Demo\"}'\n",
+        soft_wrap=True,
+    )
+    try:
+        _run_platform(settings, host, port, workers=1)
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="Worker processes.")] = 1,
+) -> None:
+    """Serve the platform API only (apply migrations first with `parley db upgrade`)."""
+    settings = _settings()
+    from parley.kit.migrate import is_current
+
+    if not is_current(settings.resolved_database_url):
+        console.print("[red]The database schema is not up to date;[/red] run `parley db upgrade` first.")
+        raise typer.Exit(2)
+    _run_platform(settings, host, port, workers)
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
+    """Apply migrations up to REVISION (default: the newest)."""
+    settings = _settings()
+    from parley.kit.migrate import upgrade
+
+    upgrade(settings.resolved_database_url, revision)
+    console.print(f"Database upgraded to {revision}.")
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, e.g. -1 or base.")]) -> None:
+    """Revert migrations down to REVISION."""
+    settings = _settings()
+    from parley.kit.migrate import downgrade
+
+    downgrade(settings.resolved_database_url, revision)
+    console.print(f"Database downgraded to {revision}.")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Show the revision the database is at."""
+    settings = _settings()
+    from parley.kit.migrate import current
+
+    out.print(current(settings.resolved_database_url))
+
+
+@token_app.command("create")
+def token_create(
+    sub: Annotated[str, typer.Option("--sub", help="Subject (user id) of the token.")],
+    email: Annotated[str | None, typer.Option(help="Email claim.")] = None,
+    name: Annotated[str | None, typer.Option(help="Name claim.")] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="Make the bearer a platform admin.")] = False,
+    ttl: Annotated[int, typer.Option(min=60, max=365 * 24 * 3600, help="Lifetime in seconds.")] = 12 * 3600,
+) -> None:
+    """Mint an HS256 token signed with PARLEY_AUTH_JWT_SECRET and print it alone on one line."""
+    settings = _settings()
+    from parley.auth.tokens import mint_token
+
+    if settings.jwt_secret_value() is None:
+        console.print("[red]No HS256 secret is configured[/red] (PARLEY_AUTH_JWT_SECRET); tokens come from your identity provider.")
+        raise typer.Exit(2)
+    out.print(mint_token(settings, subject=sub, email=email, name=name, admin=admin, ttl_seconds=ttl), soft_wrap=True)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,171 @@
+"""One typed settings object, read once at start-up (never at import time).
+
+Every setting comes from the environment with the prefix ``PARLEY_`` (or a ``.env`` file).
+``prepare_settings`` turns the raw values into a consistent, ready-to-use configuration: it creates
+the data directory and, in the embedded default, generates the JWT secret and the key for secrets at
+rest on first run. Inconsistent values raise :class:`ConfigError` with one clear sentence.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class ConfigError(Exception):
+    """A setting is missing, malformed or inconsistent; the message names the setting."""
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PARLEY_", env_file=".env", extra="ignore")
+
+    data_dir: Path = Path(".parley")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default is a SQLite file in the data dir."
+    )
+    db_pool_size: int = Field(default=20, ge=1, le=500)
+    db_pool_timeout: float = Field(default=10.0, gt=0)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    public_url: str | None = None
+    connector_url: str = "http://127.0.0.1:8001"
+
+    auth_jwt_secret: SecretStr | None = None
+    auth_jwks_url: str | None = None
+    auth_issuer: str | None = None
+    auth_audience: str | None = None
+    auth_jwks_cache_seconds: float = Field(default=300.0, gt=0)
+    auth_jwks_refetch_cooldown: float = Field(default=30.0, ge=0)
+    auth_leeway_seconds: int = Field(default=30, ge=0, le=600)
+    admin_subjects: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    secret_key: SecretStr | None = None
+
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    rate_limit_per_minute: int = Field(default=600, ge=0)
+    outbound_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    outbound_timeout: float = Field(default=10.0, gt=0)
+
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    @field_validator("admin_subjects", "outbound_allowlist", mode="before")
+    @classmethod
+    def _csv(cls, value: object) -> object:
+        return _split_csv(value)
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
+        return level
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'parley.db').resolve()}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def base_url(self) -> str:
+        return self.public_url or f"http://{self.host}:{self.port}"
+
+    def jwt_secret_value(self) -> str | None:
+        return self.auth_jwt_secret.get_secret_value() if self.auth_jwt_secret else None
+
+    def secret_key_bytes(self) -> bytes:
+        if self.secret_key is None:
+            raise ConfigError("PARLEY_SECRET_KEY is not set; call prepare_settings() first.")
+        return _decode_secret_key(self.secret_key.get_secret_value())
+
+
+def _decode_secret_key(value: str) -> bytes:
+    import base64
+    import binascii
+
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError) as exc:
+        raise ConfigError("PARLEY_SECRET_KEY must be 32 bytes encoded as URL-safe base64.") from exc
+    if len(raw) != 32:
+        raise ConfigError(
+            f"PARLEY_SECRET_KEY must decode to 32 bytes (AES-256), it decodes to {len(raw)} bytes."
+        )
+    return raw
+
+
+def _read_or_create(path: Path, make: str) -> str:
+    if path.exists():
+        value = path.read_text().strip()
+        if value:
+            return value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(make + "\n")
+    path.chmod(0o600)
+    return make
+
+
+def _new_secret_key() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+
+
+def prepare_settings(settings: Settings | None = None) -> Settings:
+    """Validate the configuration and fill in first-run secrets kept in the data dir."""
+    settings = settings or Settings()
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"PARLEY_DATA_DIR {settings.data_dir} cannot be created: {exc.strerror}.") from exc
+
+    url = settings.resolved_database_url
+    if not (url.startswith("sqlite+aiosqlite://") or url.startswith("postgresql+asyncpg://")):
+        raise ConfigError(
+            "PARLEY_DATABASE_URL must start with sqlite+aiosqlite:// or postgresql+asyncpg:// "
+            f"(got a URL starting with {url.split('://', 1)[0]!r})."
+        )
+    if bool(settings.auth_issuer) != bool(settings.auth_audience) and settings.auth_jwks_url:
+        # An external identity provider is trusted only for a named issuer and audience pair.
+        raise ConfigError("PARLEY_AUTH_ISSUER and PARLEY_AUTH_AUDIENCE must be set together with a JWKS URL.")
+    if settings.auth_jwks_url and not settings.auth_jwks_url.startswith(("https://", "http://")):
+        raise ConfigError("PARLEY_AUTH_JWKS_URL must be an http(s) URL.")
+    if settings.auth_jwt_secret is not None and len(settings.auth_jwt_secret.get_secret_value()) < 32:
+        raise ConfigError("PARLEY_AUTH_JWT_SECRET must be at least 32 characters long.")
+    for entry in settings.outbound_allowlist:
+        _check_allowlist_entry(entry)
+
+    if settings.auth_jwt_secret is None and not settings.auth_jwks_url:
+        secret = _read_or_create(settings.data_dir / "jwt_secret", secrets.token_urlsafe(48))
+        settings.auth_jwt_secret = SecretStr(secret)
+    if settings.secret_key is None:
+        settings.secret_key = SecretStr(_read_or_create(settings.data_dir / "secret_key", _new_secret_key()))
+    settings.secret_key_bytes()  # raises ConfigError when malformed
+    return settings
+
+
+def _check_allowlist_entry(entry: str) -> None:
+    if "/" in entry:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError as exc:
+            raise ConfigError(f"PARLEY_OUTBOUND_ALLOWLIST entry {entry!r} is not a valid CIDR.") from exc

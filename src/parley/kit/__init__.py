@@ -1,0 +1,1 @@
+"""Shared kit: database, errors, ids, pagination, body parsing, crypto, logging and middleware."""

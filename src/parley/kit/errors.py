@@ -1,0 +1,174 @@
+"""Typed errors that carry their HTTP status, and the one set of exception handlers.
+
+Every error response has FastAPI's shape plus a machine code: ``{"detail": "...", "code": "..."}``.
+Validation errors keep FastAPI's 422 ``detail`` list. Internal errors never leak ``str(exc)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from parley.kit.responses import JSONBytesResponse
+
+log = structlog.get_logger("parley.errors")
+
+
+class ErrorBody(BaseModel):
+    detail: str
+    code: str
+
+
+class ParleyError(Exception):
+    status_code: ClassVar[int] = 400
+    code: ClassVar[str] = "bad_request"
+
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.headers = headers
+
+
+class BadRequest(ParleyError):
+    status_code = 400
+    code = "bad_request"
+
+
+class Unauthorized(ParleyError):
+    status_code = 401
+    code = "unauthorized"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class Forbidden(ParleyError):
+    status_code = 403
+    code = "forbidden"
+
+
+class NotFound(ParleyError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(ParleyError):
+    status_code = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(ParleyError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class UnsupportedMediaType(ParleyError):
+    status_code = 415
+    code = "unsupported_media_type"
+
+
+class Unprocessable(ParleyError):
+    status_code = 422
+    code = "unprocessable"
+
+
+class TooManyRequests(ParleyError):
+    status_code = 429
+    code = "rate_limited"
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(max(1, retry_after))})
+
+
+class UpstreamError(ParleyError):
+    status_code = 502
+    code = "upstream_error"
+
+
+class ServiceUnavailable(ParleyError):
+    status_code = 503
+    code = "service_unavailable"
+
+
+class UpstreamTimeout(ParleyError):
+    status_code = 504
+    code = "upstream_timeout"
+
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+
+
+def error_response(
+    status: int, detail: str, code: str, headers: dict[str, str] | None = None
+) -> JSONBytesResponse:
+    return JSONBytesResponse({"detail": detail, "code": code}, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ParleyError)
+    async def _parley_error(request: Request, exc: ParleyError) -> JSONBytesResponse:
+        return error_response(exc.status_code, exc.detail, exc.code, exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONBytesResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else "Request failed."
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"No route matches {request.method} {request.url.path}."
+        if exc.status_code == 405:
+            detail = f"{request.method} is not allowed on {request.url.path}."
+        code = _HTTP_CODES.get(exc.status_code, "error")
+        return error_response(exc.status_code, detail, code, dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONBytesResponse:
+        return JSONBytesResponse({"detail": _jsonable_errors(exc.errors())}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONBytesResponse:
+        # Logged with its type only: exception text may carry secrets or personal data.
+        log.error("unhandled_error", error_type=type(exc).__name__, path=request.url.path, exc_info=exc)
+        return error_response(500, "Internal server error. The request was not applied.", "internal_error")
+
+
+def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
+    """Pydantic error dicts may hold exceptions in ``ctx``; turn those into strings."""
+    out: list[dict[str, Any]] = []
+    for error in errors:
+        item = dict(error)
+        ctx = item.get("ctx")
+        if isinstance(ctx, dict):
+            item["ctx"] = {
+                k: (v if isinstance(v, str | int | float | bool | None) else str(v)) for k, v in ctx.items()
+            }
+        if "input" in item and isinstance(item["input"], bytes):
+            item["input"] = item["input"].decode("utf-8", "replace")
+        item.pop("url", None)
+        out.append(item)
+    return out
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "The request is malformed or ambiguous."},
+    401: {"model": ErrorBody, "description": "Missing, invalid or expired credentials."},
+    403: {"model": ErrorBody, "description": "The caller's role does not allow this."},
+    404: {"model": ErrorBody, "description": "No such resource in the active organization."},
+    413: {"model": ErrorBody, "description": "The request body is too large."},
+    415: {"model": ErrorBody, "description": "The body's media type is not accepted."},
+    429: {"model": ErrorBody, "description": "Rate limit exceeded; see Retry-After."},
+}

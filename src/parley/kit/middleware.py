@@ -1,0 +1,129 @@
+"""Pure-ASGI middleware: request ids, access logs and metrics, and the request size limit (413)."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import orjson
+import structlog
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from parley.kit.ids import new_id
+from parley.kit.metrics import REQUEST_LATENCY, REQUESTS
+
+log = structlog.get_logger("parley.http")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    """Raised from ``receive``: the app's HTTP exception handler turns it into the 413 error body."""
+
+
+def _json_error(status: int, detail: str, code: str) -> tuple[Message, Message]:
+    body = orjson.dumps({"detail": detail, "code": code})
+    start: Message = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    }
+    return start, {"type": "http.response.body", "body": body}
+
+
+class RequestContextMiddleware:
+    """Gives every request an id (``X-Request-Id``), logs one line per request and counts it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = incoming if _REQUEST_ID.match(incoming) else new_id("req")
+        scope.setdefault("state", {})["request_id"] = request_id
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        started = time.perf_counter()
+        status_holder = [500]
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_holder[0] = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            REQUESTS.labels(scope["method"], template, str(status_holder[0])).inc()
+            REQUEST_LATENCY.labels(scope["method"], template).observe(elapsed)
+            if template not in ("/metrics", "/healthz", "/readyz"):
+                log.info(
+                    "request",
+                    method=scope["method"],
+                    route=template,
+                    status=status_holder[0],
+                    duration_ms=round(elapsed * 1000, 2),
+                )
+            structlog.contextvars.unbind_contextvars("request_id")
+
+
+class BodySizeLimitMiddleware:
+    """Refuses bodies over ``max_bytes`` with 413, by Content-Length or while streaming."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        detail = f"The request body is larger than the limit of {self.max_bytes} bytes."
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None:
+            try:
+                too_large = int(length) > self.max_bytes
+            except ValueError:
+                too_large = False
+            if too_large:
+                start, body = _json_error(413, detail, "payload_too_large")
+                await send(start)
+                await send(body)
+                return
+        received = 0
+        response_started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge(413, detail)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            if not response_started:
+                start, body = _json_error(413, detail, "payload_too_large")
+                await send(start)
+                await send(body)
+
+
+def client_address(scope: dict[str, Any]) -> str | None:
+    client = scope.get("client")
+    return client[0] if client else None

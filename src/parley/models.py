@@ -1,0 +1,9 @@
+"""Every domain's tables, imported in one place for Alembic and the tests."""
+
+from parley.api_keys.models import ApiKey
+from parley.audit.models import AuditEvent
+from parley.auth.models import User
+from parley.kit.db import Base
+from parley.organizations.models import Membership, Organization
+
+__all__ = ["ApiKey", "AuditEvent", "Base", "Membership", "Organization", "User"]
