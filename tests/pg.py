@@ -51,3 +51,6 @@ def create_database(prefix: str) -> tuple[str, str]:
 
 def drop_database(name: str) -> None:
     asyncio.run(_admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+ENGINE_NAME = "postgresql"

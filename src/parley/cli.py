@@ -24,7 +24,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 db_app = typer.Typer(help="Database migrations of the platform API.", no_args_is_help=True)
-token_app = typer.Typer(help="Local bearer tokens (HS256, signed with the configured secret).", no_args_is_help=True)
+token_app = typer.Typer(
+    help="Local bearer tokens (HS256, signed with the configured secret).", no_args_is_help=True
+)
 app.add_typer(db_app, name="db")
 app.add_typer(token_app, name="token")
 app.add_typer(connector_app, name="connector")
@@ -52,7 +54,9 @@ def _migrate(settings: Settings) -> None:
     try:
         upgrade(settings.resolved_database_url)
     except (OSError, ConnectionError) as exc:
-        console.print(f"[red]The database at PARLEY_DATABASE_URL cannot be reached:[/red] {exc.__class__.__name__}.")
+        console.print(
+            f"[red]The database at PARLEY_DATABASE_URL cannot be reached:[/red] {exc.__class__.__name__}."
+        )
         raise typer.Exit(2) from exc
 
 
@@ -65,8 +69,13 @@ def _run_platform(settings: Settings, host: str, port: int, workers: int) -> Non
     if workers > 1:
         os.environ["PARLEY_HOST"], os.environ["PARLEY_PORT"] = host, str(port)
         uvicorn.run(
-            "parley.app:create_app_from_env", factory=True, host=host, port=port, workers=workers,
-            access_log=False, log_level="warning",
+            "parley.app:create_app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            access_log=False,
+            log_level="warning",
         )
         return
     from parley.app import create_app
@@ -108,7 +117,7 @@ def up(
         settings, subject=LOCAL_ADMIN_SUBJECT, name="Local admin", admin=True, ttl_seconds=30 * 24 * 3600
     )
 
-    child = subprocess.Popen(  # the connector runs as its own process, as in production
+    child = subprocess.Popen(  # noqa: S603 - our own interpreter and fixed arguments; the connector runs as its own process
         [sys.executable, "-m", "parley", "connector", "serve", "--host", host, "--port", str(connector_port)],
         env={**os.environ, "PARLEY_DATA_DIR": str(Path(settings.data_dir).resolve())},
     )
@@ -120,7 +129,7 @@ def up(
     out.print("  Connector key:")
     out.print(f"export KEY={connector_key}", soft_wrap=True)
     out.print(
-        "\n  Try: curl -X POST http://127.0.0.1:8000/api/organizations -H \"Authorization: Bearer $TOKEN\" "
+        '\n  Try: curl -X POST http://127.0.0.1:8000/api/organizations -H "Authorization: Bearer $TOKEN" '
         "-H 'Content-Type: application/json' -d '{\"name\":\"Autohaus Demo\"}'\n",
         soft_wrap=True,
     )
@@ -192,9 +201,14 @@ def token_create(
     from parley.auth.tokens import mint_token
 
     if settings.jwt_secret_value() is None:
-        console.print("[red]No HS256 secret is configured[/red] (PARLEY_AUTH_JWT_SECRET); tokens come from your identity provider.")
+        console.print(
+            "[red]No HS256 secret is configured[/red] (PARLEY_AUTH_JWT_SECRET); tokens come from your identity provider."
+        )
         raise typer.Exit(2)
-    out.print(mint_token(settings, subject=sub, email=email, name=name, admin=admin, ttl_seconds=ttl), soft_wrap=True)
+    out.print(
+        mint_token(settings, subject=sub, email=email, name=name, admin=admin, ttl_seconds=ttl),
+        soft_wrap=True,
+    )
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from parley.audit.service import describe
 from parley.auth.dependencies import OrgAdmin
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession, utcnow
+from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.tenancy import scoped
 
@@ -57,7 +58,7 @@ async def get_api_key(session: DbSession, context: OrgAdmin, key_id: KeyId) -> A
     return service.to_out(await service.get_key(session, context, key_id))
 
 
-@router.post("/{keyId}/revoke", summary="Revoke API Key", response_model=ApiKeyOut)
+@router.post("/{keyId}/revoke", summary="Revoke API Key", responses=documented(409), response_model=ApiKeyOut)
 async def revoke_api_key(request: Request, session: DbSession, context: OrgAdmin, key_id: KeyId) -> ApiKeyOut:
     """Revoke a key at once; later requests with it answer 401. The record stays for the audit trail."""
     key = await service.revoke_key(session, context, key_id)

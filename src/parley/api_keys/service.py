@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.api_keys.models import ApiKey
 from parley.api_keys.schemas import ApiKeyCreate, ApiKeyOut
-from parley.auth.principal import OrgContext
+from parley.auth.principal import OrgContext, Principal
 from parley.kit.crypto import sha256_hex
 from parley.kit.db import utcnow
 from parley.kit.errors import Conflict, Forbidden
@@ -33,8 +33,9 @@ def to_out(key: ApiKey) -> ApiKeyOut:
 
 async def create_key(session: AsyncSession, context: OrgContext, data: ApiKeyCreate) -> tuple[ApiKey, str]:
     principal = context.principal
-    if principal.kind == "api_key" and not set(data.scopes) <= principal.scopes:
-        raise Forbidden("An API key can only create keys with scopes it has itself.")
+    requested = Principal(kind="api_key", id="", scopes=frozenset(data.scopes)).api_key_role()
+    if principal.kind == "api_key" and not principal.api_key_role().at_least(requested):
+        raise Forbidden("An API key can only create keys that grant no more than it has itself.")
     key_id = new_id("key")
     secret = f"pk_{key_id.removeprefix('key_').lower()}_{secrets.token_urlsafe(32)}"
     key = ApiKey(

@@ -49,7 +49,7 @@ async def user_from_claims(session: AsyncSession, claims: Claims, admin_subjects
 
 def split_api_key(token: str) -> tuple[str, str] | None:
     """``pk_<ulid>_<secret>`` → (key id, whole token); None when it is not shaped like a key."""
-    parts = token.split("_")
+    parts = token.split("_", 2)
     if len(parts) != 3 or parts[0] != "pk" or len(parts[1]) != 26 or len(parts[2]) < 20:
         return None
     return f"key_{parts[1].upper()}", token

@@ -172,3 +172,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     415: {"model": ErrorBody, "description": "The body's media type is not accepted."},
     429: {"model": ErrorBody, "description": "Rate limit exceeded; see Retry-After."},
 }
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the error statuses a route can answer beyond the common ones."""
+    descriptions = {
+        409: "The request conflicts with the resource's current state.",
+        502: "An upstream service failed.",
+        503: "A dependency is unavailable; retry later.",
+        504: "An upstream service timed out.",
+    }
+    return {s: {"model": ErrorBody, "description": descriptions.get(s, "Error.")} for s in statuses}

@@ -48,7 +48,9 @@ def is_current(url: str) -> bool:
         engine = create_async_engine(url)
         try:
             async with engine.connect() as conn:
-                current = await conn.run_sync(lambda c: set(MigrationContext.configure(c).get_current_heads()))
+                current = await conn.run_sync(
+                    lambda c: set(MigrationContext.configure(c).get_current_heads())
+                )
         finally:
             await engine.dispose()
         return current == heads

@@ -9,7 +9,7 @@ from parley.auth.dependencies import CurrentPrincipal, CurrentUser, resolve_memb
 from parley.auth.principal import OrgContext
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
-from parley.kit.errors import Forbidden, NotFound
+from parley.kit.errors import Forbidden, NotFound, documented
 from parley.organizations import service
 from parley.organizations.models import Role
 from parley.organizations.schemas import (
@@ -52,7 +52,7 @@ def _out(org: object, role: Role | str | None) -> OrganizationOut:
     return out
 
 
-@router.post("", summary="Create Organizations", response_model=OrganizationOut)
+@router.post("", summary="Create Organizations", responses=documented(409), response_model=OrganizationOut)
 async def create_organization(
     request: Request,
     session: DbSession,
@@ -82,7 +82,9 @@ async def get_organization(session: DbSession, context: PathOrg) -> Organization
     return _out(org, context.role)
 
 
-@router.patch("/{orgId}", summary="Update Organization", response_model=OrganizationOut)
+@router.patch(
+    "/{orgId}", summary="Update Organization", responses=documented(409), response_model=OrganizationOut
+)
 async def update_organization(
     session: DbSession,
     context: PathOrg,
@@ -108,7 +110,9 @@ async def list_members(session: DbSession, context: PathOrg) -> list[MemberOut]:
     return await service.list_members(session, context.organization_id)
 
 
-@router.post("/{orgId}/members", summary="Add Organization Member", response_model=MemberOut)
+@router.post(
+    "/{orgId}/members", summary="Add Organization Member", responses=documented(409), response_model=MemberOut
+)
 async def add_member(
     request: Request,
     session: DbSession,
@@ -122,7 +126,12 @@ async def add_member(
     return member
 
 
-@router.patch("/{orgId}/members/{userId}", summary="Change Member Role", response_model=MemberOut)
+@router.patch(
+    "/{orgId}/members/{userId}",
+    summary="Change Member Role",
+    responses=documented(409),
+    response_model=MemberOut,
+)
 async def change_member_role(
     request: Request,
     session: DbSession,
@@ -137,7 +146,9 @@ async def change_member_role(
     return next(m for m in members if m.user_id == user_id)
 
 
-@router.delete("/{orgId}/members/{userId}", summary="Remove Member", response_model=DeletedOut)
+@router.delete(
+    "/{orgId}/members/{userId}", summary="Remove Member", responses=documented(409), response_model=DeletedOut
+)
 async def remove_member(
     request: Request, session: DbSession, context: PathOrg, user_id: UserId
 ) -> DeletedOut:

@@ -1,0 +1,109 @@
+"""Shared fixtures: a migrated database on SQLite and PostgreSQL, a rollback per test, the app, tokens."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from parley.app import create_app
+from parley.config import Settings
+from parley.kit.db import Database, create_engine
+from parley.kit.migrate import upgrade
+from tests import pg
+
+JWT_SECRET = "test-secret-" + "x" * 40
+
+os.environ.setdefault("PARLEY_LOG_JSON", "false")
+
+
+@pytest.fixture(scope="session", params=["sqlite", pg.ENGINE_NAME])
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A freshly migrated database: a SQLite file, or a new database on the local PostgreSQL."""
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('db') / 'parley.db'}"
+        upgrade(url)
+        yield url
+        return
+    name, url = pg.create_database("parley_test")
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        pg.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+async def engine(db_url: str) -> AsyncIterator[Any]:
+    engine = create_engine(db_url, pool_size=5)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+async def database(engine: Any) -> AsyncIterator[Database]:
+    """Every request of a test runs in a savepoint of one outer transaction, rolled back at the end."""
+    async with engine.connect() as connection:
+        outer = await connection.begin()
+        maker = async_sessionmaker(
+            bind=connection, expire_on_commit=False, autoflush=False, join_transaction_mode="create_savepoint"
+        )
+        yield Database(engine=engine, sessionmaker=maker, write_sessionmaker=maker)
+        await outer.rollback()
+
+
+@pytest.fixture
+async def db_session(database: Database) -> AsyncIterator[AsyncSession]:
+    async with database.sessionmaker() as session:
+        yield session
+
+
+@pytest.fixture
+def settings(tmp_path: Path, db_url: str) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=db_url,
+        auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
+        admin_subjects=["root-admin"],
+        log_json=False,
+    )
+
+
+@pytest.fixture
+def app(settings: Settings, database: Database) -> Any:
+    return create_app(settings, database=database)
+
+
+@pytest.fixture
+async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://parley.test") as client:
+        yield client
+
+
+TokenFactory = Callable[..., str]
+
+
+def make_token(sub: str = "alice", *, secret: str = JWT_SECRET, ttl: int = 3600, **claims: Any) -> str:
+    now = int(time.time())
+    payload: dict[str, Any] = {"sub": sub, "iat": now, "exp": now + ttl, **claims}
+    return jwt.encode({k: v for k, v in payload.items() if v is not None}, secret, algorithm="HS256")
+
+
+def auth(token: str, org: str | None = None) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {token}"}
+    if org:
+        headers["X-Organization-Id"] = org
+    return headers
+
+
+@pytest.fixture
+def token() -> TokenFactory:
+    return make_token
