@@ -1,0 +1,160 @@
+"""The rules of the order operation, shared by the fast path and the FastAPI route.
+
+Order of checks (so that nothing leaks before the caller is known): key in the query string (400),
+address blocked after too many failed keys (429), missing or unknown/revoked key (401), per-key rate
+limit (429); only then is the id looked at (422 / 404 / 200).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+
+import structlog
+
+from parley.connector import keys
+from parley.connector.config import ConnectorSettings
+from parley.connector.errors import (
+    InvalidKey,
+    KeyInQueryString,
+    MissingKey,
+    OrderNotFound,
+    RateLimited,
+    envelope_found,
+)
+from parley.connector.repository import KeyTable, OrderStore
+
+log = structlog.get_logger("parley.connector")
+
+WINDOW_SECONDS = 60.0
+# Query parameters that look like a credential: refused so that keys never end up in URLs and logs.
+_KEY_PARAMS = frozenset({"api_key", "apikey", "key", "x_api_key", "token", "access_token"})
+
+
+class KeyCache:
+    """Active keys held in memory and reloaded when older than ``ttl`` seconds.
+
+    A reload is one small indexed query, so the cache can be short-lived: a revoked key stops working
+    within ``ttl`` (1 s by default) in every worker, without any cross-process signalling.
+    """
+
+    def __init__(self, store: OrderStore, ttl: float) -> None:
+        self._store = store
+        self._ttl = ttl
+        self._table: KeyTable = {}
+        self._loaded_at = -math.inf
+
+    async def get(self, key_id: str) -> tuple[str, str] | None:
+        now = time.monotonic()
+        if now - self._loaded_at > self._ttl:
+            # Stamp first: concurrent requests keep using the current table while one reload runs.
+            self._loaded_at = now
+            try:
+                self._table = await self._store.active_keys()
+            except BaseException:
+                self._loaded_at = -math.inf  # retry on the next request, never trust a stale table
+                raise
+        return self._table.get(key_id)
+
+
+class KeyRateLimiter:
+    """Token bucket per key: ``per_minute`` requests, refilled continuously, bursts up to one minute."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._rate = per_minute / WINDOW_SECONDS
+        self._buckets: dict[str, tuple[float, float]] = {}  # key id -> (tokens, updated at)
+
+    def take(self, key_id: str, now: float) -> int:
+        """Consume one token; return 0 when allowed, else the seconds to wait."""
+        if self.per_minute <= 0:
+            return 0
+        tokens, updated = self._buckets.get(key_id, (float(self.per_minute), now))
+        tokens = min(float(self.per_minute), tokens + (now - updated) * self._rate)
+        if tokens >= 1.0:
+            self._buckets[key_id] = (tokens - 1.0, now)
+            return 0
+        self._buckets[key_id] = (tokens, now)
+        return max(1, math.ceil((1.0 - tokens) / self._rate))
+
+
+class FailedKeyLimiter:
+    """Fixed one-minute windows of failed key attempts per client address (guessing protection)."""
+
+    _MAX_TRACKED = 10_000
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._windows: dict[str, tuple[float, int]] = {}  # address -> (window start, failures)
+
+    def retry_after(self, address: str, now: float) -> int:
+        if self.per_minute <= 0:
+            return 0
+        window = self._windows.get(address)
+        if window is None:
+            return 0
+        start, failures = window
+        if now - start >= WINDOW_SECONDS:
+            del self._windows[address]
+            return 0
+        return max(1, math.ceil(WINDOW_SECONDS - (now - start))) if failures >= self.per_minute else 0
+
+    def record_failure(self, address: str, now: float) -> None:
+        if self.per_minute <= 0:
+            return
+        start, failures = self._windows.get(address, (now, 0))
+        if now - start >= WINDOW_SECONDS:
+            start, failures = now, 0
+        self._windows[address] = (start, failures + 1)
+        if len(self._windows) > self._MAX_TRACKED:
+            self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        for address in [a for a, (s, _) in self._windows.items() if now - s >= WINDOW_SECONDS]:
+            del self._windows[address]
+
+
+def reject_key_in_query(params: Iterable[str]) -> None:
+    for name in params:
+        if name.lower().replace("-", "_") in _KEY_PARAMS:
+            raise KeyInQueryString(
+                "API keys are not accepted in the query string; send the key in the X-API-Key header."
+            )
+
+
+class OrderGate:
+    """Authorizes callers and produces response bodies; one instance per process."""
+
+    def __init__(self, settings: ConnectorSettings, store: OrderStore) -> None:
+        self.store = store
+        self.keys = KeyCache(store, settings.key_cache_seconds)
+        self.rate = KeyRateLimiter(settings.rate_limit)
+        self.failures = FailedKeyLimiter(settings.auth_failure_limit)
+
+    async def authorize(self, key: str | None, address: str) -> str:
+        """Return the caller's key name, or raise a 401/429 :class:`ConnectorError`."""
+        now = time.monotonic()
+        blocked_for = self.failures.retry_after(address, now)
+        if blocked_for:
+            raise RateLimited("Too many failed API key attempts from this address; retry later.", blocked_for)
+        if not key:
+            raise MissingKey()
+        key_id = keys.key_id_of(key)
+        entry = None if key_id is None else await self.keys.get(key_id)
+        if entry is None or not keys.matches(key, entry[0]):
+            self.failures.record_failure(address, now)
+            log.info("connector.key_rejected")  # never the key, never the address
+            raise InvalidKey()
+        wait = self.rate.take(key_id or "", now)
+        if wait:
+            raise RateLimited(
+                f"Rate limit of {self.rate.per_minute} requests per minute for this key exceeded.", wait
+            )
+        return entry[1]
+
+    async def order_body(self, order_id: int) -> bytes:
+        payload = await self.store.payload(order_id)
+        if payload is None:
+            raise OrderNotFound(order_id)
+        return envelope_found(order_id, payload)
