@@ -12,6 +12,7 @@ from parley.admin.router import router as admin_router
 from parley.api_keys.router import router as api_keys_router
 from parley.audit.router import router as audit_router
 from parley.auth.router import router as me_router
+from parley.auth.service import KnownUsers
 from parley.auth.tokens import TokenVerifier
 from parley.config import Settings, prepare_settings
 from parley.kit.db import Database
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.settings = settings
     app.state.token_verifier = TokenVerifier(settings)
     app.state.rate_limiter = SlidingWindowLimiter(settings.rate_limit_per_minute)
+    app.state.known_users = KnownUsers()
     if database is not None:
         app.state.db = database
     install_error_handlers(app)

@@ -47,7 +47,9 @@ async def get_principal(
     else:
         verifier: TokenVerifier = app_state.token_verifier
         claims = await verifier.verify(token)
-        principal = await user_from_claims(session, claims, app_state.settings.admin_subjects)
+        principal = await user_from_claims(
+            session, claims, app_state.settings.admin_subjects, app_state.known_users
+        )
     limiter: SlidingWindowLimiter = app_state.rate_limiter
     decision = limiter.hit(f"{principal.kind}:{principal.id}")
     if not decision.allowed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from sqlalchemy import select
@@ -22,8 +23,48 @@ API_KEY_PREFIX = "pk_"
 _LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
-async def user_from_claims(session: AsyncSession, claims: Claims, admin_subjects: list[str]) -> Principal:
+class KnownUsers:
+    """Users already stored with exactly these claims, so the hot path skips their lookup.
+
+    Only rows read back from the database are remembered (never one inserted by a transaction that
+    might still roll back); entries expire so the map stays small.
+    """
+
+    def __init__(self, ttl_seconds: float = 60.0, max_entries: int = 50_000) -> None:
+        self.ttl = ttl_seconds
+        self.max_entries = max_entries
+        self._entries: dict[Claims, tuple[str, float]] = {}
+
+    def get(self, claims: Claims) -> str | None:
+        entry = self._entries.get(claims)
+        if entry is None or entry[1] < time.monotonic():
+            return None
+        return entry[0]
+
+    def remember(self, claims: Claims, user_id: str) -> None:
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()
+        self._entries[claims] = (user_id, time.monotonic() + self.ttl)
+
+
+def _user_principal(user_id: str, claims: Claims, admin_subjects: list[str]) -> Principal:
+    return Principal(
+        kind="user",
+        id=user_id,
+        subject=claims.subject,
+        email=claims.email,
+        name=claims.name,
+        is_platform_admin=claims.subject in admin_subjects or ADMIN_ROLE_CLAIM in claims.roles,
+    )
+
+
+async def user_from_claims(
+    session: AsyncSession, claims: Claims, admin_subjects: list[str], known: KnownUsers | None = None
+) -> Principal:
+    if known is not None and (user_id := known.get(claims)) is not None:
+        return _user_principal(user_id, claims, admin_subjects)
     user = await session.scalar(select(User).where(User.subject == claims.subject))
+    unchanged = user is not None and user.email == claims.email and user.name == claims.name
     if user is None:
         user = User(id=new_id("usr"), subject=claims.subject, email=claims.email, name=claims.name)
         try:
@@ -37,14 +78,9 @@ async def user_from_claims(session: AsyncSession, claims: Claims, admin_subjects
     elif (claims.email and claims.email != user.email) or (claims.name and claims.name != user.name):
         user.email = claims.email or user.email
         user.name = claims.name or user.name
-    return Principal(
-        kind="user",
-        id=user.id,
-        subject=user.subject,
-        email=user.email,
-        name=user.name,
-        is_platform_admin=claims.subject in admin_subjects or ADMIN_ROLE_CLAIM in claims.roles,
-    )
+    if unchanged and known is not None:
+        known.remember(claims, user.id)
+    return _user_principal(user.id, claims, admin_subjects)
 
 
 def split_api_key(token: str) -> tuple[str, str] | None:

@@ -1,0 +1,188 @@
+"""Benchmark: an authenticated GET of one resource by id on the platform API, beside a bare ASGI app.
+
+Each request checks a JWT, resolves the user and the organization membership, and reads one API key
+by id from the database. The server runs as one uvicorn worker pinned to one core; wrk (64 keep-alive
+connections) runs on the other core. Candidates alternate over several rounds in one run, and the
+report gives medians and the ratio to the bare ASGI app returning the same JSON bytes.
+
+    .venv/bin/python bench/platform_bench.py [--duration 10] [--rounds 3] [--engines sqlite,postgresql]
+
+Needs wrk (Debian: apt-get install wrk) and, for PostgreSQL, the server on 127.0.0.1:5432.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+CONNECTIONS = 64
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+@contextmanager
+def server(args: list[str], env: dict[str, str], probe: str) -> Iterator[None]:
+    process = subprocess.Popen(["taskset", "-c", "0", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait(probe)
+        yield
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
+    command = ["taskset", "-c", "1", "wrk", "-t", "2", "-c", str(CONNECTIONS), "-d", f"{duration}s", "--latency"]
+    for name, value in headers.items():
+        command += ["-H", f"{name}: {value}"]
+    output = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    errors = re.search(r"Socket errors:.*", output)
+
+    def pct(label: str) -> float:
+        match = re.search(rf"\s{label}%\s+([\d.]+)(us|ms|s)", output)
+        if not match:
+            return float("nan")
+        value, unit = float(match.group(1)), match.group(2)
+        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+    return {
+        "rps": rps,
+        "p50_ms": pct("50"),
+        "p99_ms": pct("99"),
+        "errors": float(non_2xx.group(1)) if non_2xx else 0.0,
+        "socket_errors": 1.0 if errors else 0.0,
+    }
+
+
+def prepare(engine: str, data_dir: Path) -> tuple[dict[str, str], str | None]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    env.update({"PARLEY_DATA_DIR": str(data_dir), "PARLEY_LOG_LEVEL": "WARNING", "PARLEY_RATE_LIMIT_PER_MINUTE": "0"})
+    dropped = None
+    if engine == "postgresql":
+        import asyncpg
+
+        name = f"parley_bench_{uuid.uuid4().hex[:8]}"
+
+        async def create() -> None:
+            conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+            await conn.execute(f'CREATE DATABASE "{name}"')
+            await conn.close()
+
+        asyncio.run(create())
+        env["PARLEY_DATABASE_URL"] = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
+        dropped = name
+    subprocess.run([PY, "-m", "parley", "db", "upgrade"], env=env, check=True, capture_output=True)
+    return env, dropped
+
+
+def drop(name: str) -> None:
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+    asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--engines", default="sqlite,postgresql")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get install -y wrk")
+
+    results: dict[str, list[dict[str, float]]] = {}
+    for engine in args.engines.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            data_dir = Path(tmp)
+            env, database = prepare(engine, data_dir)
+            try:
+                port = _free_port()
+                base = f"http://127.0.0.1:{port}"
+                token = subprocess.run(
+                    [PY, "-m", "parley", "token", "create", "--sub", "bench-user", "--ttl", "86400"],
+                    env=env, check=True, capture_output=True, text=True,
+                ).stdout.strip()
+                serve = [PY, "-m", "parley", "serve", "--port", str(port)]
+                with server(serve, env, f"{base}/healthz"):
+                    headers = {"Authorization": f"Bearer {token}"}
+                    org = httpx.post(f"{base}/api/organizations", json={"name": "Bench"}, headers=headers).json()
+                    headers["X-Organization-Id"] = org["id"]
+                    key = httpx.post(f"{base}/api/api-keys", json={"name": "bench"}, headers=headers).json()
+                    url = f"{base}/api/api-keys/{key['id']}"
+                    body = httpx.get(url, headers=headers).content
+                (data_dir / "body.json").write_bytes(body)
+                bare_env = {**env, "PARLEY_BENCH_BODY": str(data_dir / "body.json")}
+                bare_port = _free_port()
+                bare = [PY, "-m", "uvicorn", "bench.bare_asgi:app", "--port", str(bare_port), "--log-level", "warning"]
+                for round_index in range(args.rounds):
+                    with server(bare, {**bare_env, "PYTHONPATH": str(ROOT)}, f"http://127.0.0.1:{bare_port}/"):
+                        results.setdefault("bare ASGI, same JSON", []).append(
+                            wrk(f"http://127.0.0.1:{bare_port}/", {}, args.duration)
+                        )
+                    with server(serve, env, f"{base}/healthz"):
+                        results.setdefault(f"GET /api/api-keys/{{id}} ({engine})", []).append(
+                            wrk(url, headers, args.duration)
+                        )
+                    print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
+            finally:
+                if database:
+                    drop(database)
+
+    baseline = statistics.median(r["rps"] for r in results["bare ASGI, same JSON"])
+    print(f"\n| candidate | req/s (median of {args.rounds}) | × bare ASGI | p50 ms | p99 ms | errors |")
+    print("|---|---|---|---|---|---|")
+    for name, runs in results.items():
+        rps = statistics.median(r["rps"] for r in runs)
+        print(
+            f"| {name} | {rps:,.0f} | {rps / baseline:.3f} | {statistics.median(r['p50_ms'] for r in runs):.1f} "
+            f"| {statistics.median(r['p99_ms'] for r in runs):.1f} | {int(sum(r['errors'] for r in runs))} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The ``parley`` command through its real entry point (a subprocess, like a user runs it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jwt
+
+
+def run(args: list[str], data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    environment.update({"PARLEY_DATA_DIR": str(data_dir), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "parley", *args], capture_output=True, text=True, env=environment, timeout=120
+    )
+
+
+def test_help_explains_every_command(tmp_path: Path) -> None:
+    result = run(["--help"], tmp_path)
+    assert result.returncode == 0
+    for command in ("up", "serve", "connector", "db", "token"):
+        assert command in result.stdout
+
+
+def test_db_upgrade_current_and_token(tmp_path: Path) -> None:
+    assert run(["db", "upgrade"], tmp_path).returncode == 0
+    assert "(head)" in run(["db", "current"], tmp_path).stdout
+    # First run generated the secrets, private to the owner.
+    secret_file = tmp_path / "jwt_secret"
+    assert secret_file.stat().st_mode & 0o077 == 0
+    assert (tmp_path / "secret_key").exists()
+
+    result = run(["token", "create", "--sub", "alice", "--email", "a@example.com", "--admin", "--ttl", "600"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    token = result.stdout.strip()
+    claims = jwt.decode(token, secret_file.read_text().strip(), algorithms=["HS256"])
+    assert claims["sub"] == "alice" and claims["roles"] == ["platform_admin"]
+    assert claims["exp"] - claims["iat"] == 600
+
+
+def test_bad_configuration_is_one_clear_sentence(tmp_path: Path) -> None:
+    cases = [
+        ({"PARLEY_DATABASE_URL": "mysql://db/x"}, "PARLEY_DATABASE_URL"),
+        ({"PARLEY_AUTH_JWT_SECRET": "short"}, "PARLEY_AUTH_JWT_SECRET"),
+        ({"PARLEY_SECRET_KEY": "not-a-key"}, "PARLEY_SECRET_KEY"),
+        ({"PARLEY_PORT": "seventy"}, "port"),
+        ({"PARLEY_OUTBOUND_ALLOWLIST": "10.0.0.0/99"}, "PARLEY_OUTBOUND_ALLOWLIST"),
+        ({"PARLEY_AUTH_JWKS_URL": "https://idp.test/jwks", "PARLEY_AUTH_ISSUER": "https://idp.test/"}, "AUDIENCE"),
+    ]
+    for env, fragment in cases:
+        result = run(["db", "current"], tmp_path, **env)
+        assert result.returncode == 2, (env, result.stderr)
+        assert "Configuration error" in result.stderr
+        assert fragment in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
+    result = run(["serve", "--port", "1"], tmp_path)
+    assert result.returncode == 2
+    assert "parley db upgrade" in result.stderr
