@@ -1,0 +1,261 @@
+"""Benchmark of the order connector's GET against a bare ASGI app, side by side in one run.
+
+    .venv/bin/python bench/connector_bench.py [--orders 20000] [--duration 10] [--rounds 3] [--postgres]
+
+Each server runs as one uvicorn worker (httptools, uvloop, no access log) pinned to one core with
+taskset; wrk runs on the other core with 64 keep-alive connections and random ids. Rounds alternate
+baseline and candidate so that noise on a shared machine hits both; medians are reported. Needs
+Debian's wrk (``apt-get install -y wrk``; ``--install-wrk`` does it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+LUA = Path(__file__).with_name("connector_wrk.lua")
+
+
+@dataclass
+class Result:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+def ensure_wrk(install: bool) -> str:
+    found = shutil.which("wrk")
+    if found:
+        return found
+    if install:
+        subprocess.run(["apt-get", "install", "-y", "wrk"], check=True)
+        found = shutil.which("wrk")
+        if found:
+            return found
+    sys.exit(
+        "wrk is not installed. Install Debian's package with `apt-get install -y wrk` "
+        "(or rerun with --install-wrk)."
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cores() -> tuple[str, str]:
+    n = os.cpu_count() or 1
+    return ("1", "0") if n >= 2 else ("0", "0")
+
+
+def start_server(target: str, port: int, env: dict[str, str], factory: bool) -> subprocess.Popen[bytes]:
+    server_core, _ = cores()
+    cmd = [
+        "taskset",
+        "-c",
+        server_core,
+        PYTHON,
+        "-m",
+        "uvicorn",
+        target,
+        "--port",
+        str(port),
+        "--http",
+        "httptools",
+        "--loop",
+        "uvloop",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+    if factory:
+        cmd.append("--factory")
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    sys.exit(f"server {target} did not start")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _ms(value: str, unit: str) -> float:
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def run_wrk(wrk: str, port: int, key: str, duration: int, orders: int) -> Result:
+    _, client_core = cores()
+    env = {**os.environ, "ORDERS": str(orders)}
+    cmd = [
+        "taskset",
+        "-c",
+        client_core,
+        wrk,
+        "-t1",
+        "-c64",
+        f"-d{duration}s",
+        "--latency",
+        "-s",
+        str(LUA),
+        "-H",
+        f"X-API-Key: {key}",
+        f"http://127.0.0.1:{port}",
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
+
+    def parse(text: str) -> float:
+        m = re.match(r"([\d.]+)(us|ms|s)", text)
+        return _ms(m.group(1), m.group(2)) if m else float("nan")
+
+    errors = 0
+    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        errors += int(m.group(1))
+    if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
+        errors += sum(int(g) for g in m.groups())
+    return Result(rps, parse(lat.get("50", "")), parse(lat.get("99", "")), errors)
+
+
+def prepare(env: dict[str, str], orders: int) -> str:
+    """Migrate, seed demo orders and create a key in the database named by env; return the key."""
+    code = (
+        "from parley.connector.config import ConnectorSettings\n"
+        "from parley.connector import setup\n"
+        "import asyncio, datetime\n"
+        "s = ConnectorSettings()\n"
+        "setup.upgrade_database(s)\n"
+        f"asyncio.run(setup.write_demo_orders(s, {orders}, seed=7, reference=datetime.date(2025, 6, 1)))\n"
+        "print(setup.create_key(s, 'bench-' + __import__('secrets').token_hex(4)))\n"
+    )
+    return subprocess.run(
+        [PYTHON, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def sample_body(port: int, key: str) -> bytes:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/orders/1", headers={"X-API-Key": key})
+    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 (loopback)
+        return bytes(response.read())
+
+
+def bench(
+    label: str, env: dict[str, str], args: argparse.Namespace, wrk: str, body_file: Path
+) -> dict[str, list[Result]]:
+    key = prepare(env, args.orders)
+    port = free_port()
+    proc = start_server("parley.connector.app:create_app_from_env", port, env, factory=True)
+    try:
+        body_file.write_bytes(sample_body(port, key))
+    finally:
+        stop(proc)
+    results: dict[str, list[Result]] = {"bare": [], label: []}
+    for round_no in range(args.rounds):
+        for name in ("bare", label):
+            port = free_port()
+            if name == "bare":
+                proc = start_server(
+                    "bench.connector_bare:app", port, {**env, "CONNECTOR_BENCH_BODY": str(body_file)}, False
+                )
+            else:
+                proc = start_server("parley.connector.app:create_app_from_env", port, env, factory=True)
+            try:
+                run_wrk(wrk, port, key, 2, args.orders)  # warm-up
+                result = run_wrk(wrk, port, key, args.duration, args.orders)
+            finally:
+                stop(proc)
+            results[name].append(result)
+            print(
+                f"round {round_no + 1} {name:>16}: {result.rps:9.0f} req/s  p50 {result.p50_ms:6.2f} ms  "
+                f"p99 {result.p99_ms:6.2f} ms  errors {result.errors}",
+                flush=True,
+            )
+    return results
+
+
+def summarize(label: str, results: dict[str, list[Result]]) -> str:
+    bare = statistics.median(r.rps for r in results["bare"])
+    cand = statistics.median(r.rps for r in results[label])
+    ratios = [c.rps / b.rps for b, c in zip(results["bare"], results[label], strict=True)]
+    p99 = max(r.p99_ms for r in results[label])
+    errors = sum(r.errors for r in results[label])
+    return (
+        f"| {label} | {cand:,.0f} | {bare:,.0f} | {statistics.median(ratios):.2f} "
+        f"({min(ratios):.2f}-{max(ratios):.2f}) | {statistics.median(r.p50_ms for r in results[label]):.2f} "
+        f"| {p99:.2f} | {errors} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--orders", type=int, default=20000)
+    parser.add_argument("--duration", type=int, default=10, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--postgres", action="store_true", help="also measure PostgreSQL (tests/pg.py server)"
+    )
+    parser.add_argument("--install-wrk", action="store_true", help="apt-get install wrk when it is missing")
+    args = parser.parse_args()
+    wrk = ensure_wrk(args.install_wrk)
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="connector-bench-") as tmp:
+        base_env = {
+            **os.environ,
+            "PYTHONPATH": f"{ROOT}:{ROOT / 'src'}",
+            "PARLEY_DATA_DIR": tmp,
+            "PARLEY_CONNECTOR_RATE_LIMIT": "0",
+            "PARLEY_CONNECTOR_LOG_LEVEL": "WARNING",
+        }
+        body_file = Path(tmp) / "body.json"
+        sqlite_env = {**base_env, "PARLEY_CONNECTOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/connector.db"}
+        rows.append(summarize("SQLite", bench("SQLite", sqlite_env, args, wrk, body_file)))
+        if args.postgres:
+            sys.path.insert(0, str(ROOT))
+            from tests import pg
+
+            name, url = pg.create_database("connector_bench")
+            try:
+                pg_env = {**base_env, "PARLEY_CONNECTOR_DATABASE_URL": url}
+                rows.append(summarize("PostgreSQL", bench("PostgreSQL", pg_env, args, wrk, body_file)))
+            finally:
+                pg.drop_database(name)
+
+    print()
+    print(f"{args.rounds} rounds x {args.duration} s, 64 connections, {args.orders} orders, random ids")
+    print("| store | connector req/s | bare ASGI req/s | ratio (range) | p50 ms | worst p99 ms | errors |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(row)
+
+
+if __name__ == "__main__":
+    main()
