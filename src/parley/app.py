@@ -38,6 +38,9 @@ ROUTERS = (
     api_keys_router,
     audit_router,
     admin_router,
+    # flows and tools routers
+    # knowledge and datasets routers
+    # providers, assets and uploads routers
 )
 
 

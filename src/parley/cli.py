@@ -160,7 +160,7 @@ def serve(
 
 
 @db_app.command("upgrade")
-def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "head") -> None:
+def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "heads") -> None:
     """Apply migrations up to REVISION (default: the newest)."""
     settings = _settings()
     from parley.kit.migrate import upgrade

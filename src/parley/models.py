@@ -6,4 +6,8 @@ from parley.auth.models import User
 from parley.kit.db import Base
 from parley.organizations.models import Membership, Organization
 
+# flows and tools models
+# knowledge and datasets models
+# providers, assets and uploads models
+
 __all__ = ["ApiKey", "AuditEvent", "Base", "Membership", "Organization", "User"]

@@ -20,7 +20,7 @@ def alembic_config(
     return config
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+def upgrade(url: str, revision: str = "heads") -> None:
     command.upgrade(alembic_config(url), revision)
 
 

@@ -1,0 +1,159 @@
+"""The one HTTP client for user-supplied URLs, guarded against SSRF.
+
+Every address a host name resolves to must be globally routable, unless the operator allow-lists the
+host or its network (``PARLEY_OUTBOUND_ALLOWLIST``: host names or CIDRs). The check runs where the
+socket is opened, on the very address connected to, so DNS rebinding between check and connect is not
+possible; redirects are followed hop by hop and each hop is checked again. Time-outs always apply, and
+response bodies are read up to a limit.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpcore
+import httpx
+
+from parley.kit.errors import UpstreamError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class BlockedDestination(httpx.ConnectError):
+    """The URL points at an address that outbound calls may not reach."""
+
+
+@dataclass(frozen=True)
+class OutboundPolicy:
+    allowed_hosts: frozenset[str] = frozenset()
+    allowed_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[str]) -> OutboundPolicy:
+        hosts: set[str] = set()
+        networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        for entry in entries:
+            entry = entry.strip()
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                hosts.add(entry.lower().rstrip("."))
+        return cls(frozenset(hosts), tuple(networks))
+
+    def address_allowed(self, host: str, address: IPAddress) -> bool:
+        if host.lower().rstrip(".") in self.allowed_hosts:
+            return True
+        if any(address in network for network in self.allowed_networks):
+            return True
+        mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+        if mapped is not None:
+            return mapped.is_global and not mapped.is_multicast
+        return address.is_global and not address.is_multicast
+
+
+class _GuardedBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self, policy: OutboundPolicy) -> None:
+        self.policy = policy
+        self._backend = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            with anyio.fail_after(timeout):
+                infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, TimeoutError) as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}") from exc
+        addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+        blocked = [a for a in addresses if not self.policy.address_allowed(host, a)]
+        if blocked or not addresses:
+            # One private answer is enough to refuse: an attacker controls which answer is used.
+            raise BlockedDestination(
+                f"{host} resolves to a non-public address ({blocked[0] if blocked else 'none'}); "
+                "outbound calls may only reach public addresses unless PARLEY_OUTBOUND_ALLOWLIST allows it"
+            )
+        return await self._backend.connect_tcp(
+            str(addresses[0]),
+            port,
+            timeout=timeout,
+            local_address=local_address,
+            socket_options=socket_options,
+        )
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> Any:
+        raise BlockedDestination("Unix sockets are not reachable by outbound calls")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    def __init__(self, policy: OutboundPolicy, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # httpx builds its connection pool without a way to pass a network backend; swap in ours, which
+        # vets every address right where the socket is opened.
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_GuardedBackend(policy),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme not in ("http", "https"):
+            raise BlockedDestination(f"the {request.url.scheme!r} scheme is not allowed for outbound calls")
+        return await super().handle_async_request(request)
+
+
+def guarded_client(
+    policy: OutboundPolicy, *, timeout: float = 10.0, max_redirects: int = 5, **kwargs: Any
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` whose every connection, redirects included, passes the policy."""
+    return httpx.AsyncClient(
+        transport=GuardedTransport(policy),
+        timeout=httpx.Timeout(timeout),
+        follow_redirects=True,
+        max_redirects=max_redirects,
+        trust_env=False,  # proxies from the environment would bypass the address check
+        **kwargs,
+    )
+
+
+async def read_limited(response: httpx.Response, limit: int) -> bytes:
+    """Read at most ``limit`` bytes of a streamed response body."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise UpstreamError(f"The upstream response is larger than {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def explain(exc: httpx.HTTPError) -> str:
+    """A sentence for an outbound failure, safe to show to the user."""
+    if isinstance(exc, BlockedDestination):
+        return str(exc)
+    if isinstance(exc, httpx.TimeoutException):
+        return "The upstream service did not answer in time."
+    if isinstance(exc, httpx.TooManyRedirects):
+        return "The upstream service redirected too many times."
+    if isinstance(exc, httpx.ConnectError):
+        return "The upstream service cannot be reached."
+    return "The call to the upstream service failed."
