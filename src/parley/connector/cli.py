@@ -34,7 +34,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(db_app, name="db")
 
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # messages stay one line: easy to grep in logs
 T = TypeVar("T")
 SHOWN_ERRORS = 25
 PROGRESS_MIN_BYTES = 1 << 20  # no bar for small files

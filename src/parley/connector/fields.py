@@ -98,10 +98,12 @@ def to_integer(value: Any, textual: bool) -> int:
         if _INT_RE.match(text):
             return int(text)
         try:
-            value = parse_number_text(text)
+            number = parse_number_text(text)  # "12,0" from a spreadsheet is still the integer 12
         except FieldInvalid:
             raise FieldInvalid(f"expected an integer, got {_describe(value)}") from None
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        if number.is_integer():
+            return int(number)
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     raise FieldInvalid(f"expected an integer, got {_describe(value)}")
 
