@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -48,16 +50,27 @@ def _settings() -> Settings:
         raise typer.Exit(2) from exc
 
 
+@contextmanager
+def _database_errors(settings: Settings) -> Iterator[None]:
+    """Turn an unreachable or unusable database into one sentence instead of a traceback."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    try:
+        yield
+    except (OSError, TimeoutError, SQLAlchemyError) as exc:
+        url = make_url(settings.resolved_database_url).render_as_string(hide_password=True)
+        cause = exc.orig if isinstance(exc, DBAPIError) else exc
+        reason = (str(cause).splitlines() or [type(cause).__name__])[0]
+        console.print(f"[red]The database {url} (PARLEY_DATABASE_URL) cannot be used:[/red] {reason}")
+        raise typer.Exit(2) from exc
+
+
 def _migrate(settings: Settings) -> None:
     from parley.kit.migrate import upgrade
 
-    try:
+    with _database_errors(settings):
         upgrade(settings.resolved_database_url)
-    except (OSError, ConnectionError) as exc:
-        console.print(
-            f"[red]The database at PARLEY_DATABASE_URL cannot be reached:[/red] {exc.__class__.__name__}."
-        )
-        raise typer.Exit(2) from exc
 
 
 def _run_platform(settings: Settings, host: str, port: int, workers: int) -> None:
@@ -153,7 +166,9 @@ def serve(
     settings = _settings()
     from parley.kit.migrate import is_current
 
-    if not is_current(settings.resolved_database_url):
+    with _database_errors(settings):
+        current = is_current(settings.resolved_database_url)
+    if not current:
         console.print("[red]The database schema is not up to date;[/red] run `parley db upgrade` first.")
         raise typer.Exit(2)
     _run_platform(settings, host, port, workers)
@@ -165,7 +180,8 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")]
     settings = _settings()
     from parley.kit.migrate import upgrade
 
-    upgrade(settings.resolved_database_url, revision)
+    with _database_errors(settings):
+        upgrade(settings.resolved_database_url, revision)
     console.print(f"Database upgraded to {revision}.")
 
 
@@ -175,7 +191,8 @@ def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, 
     settings = _settings()
     from parley.kit.migrate import downgrade
 
-    downgrade(settings.resolved_database_url, revision)
+    with _database_errors(settings):
+        downgrade(settings.resolved_database_url, revision)
     console.print(f"Database downgraded to {revision}.")
 
 
@@ -185,7 +202,8 @@ def db_current() -> None:
     settings = _settings()
     from parley.kit.migrate import current
 
-    out.print(current(settings.resolved_database_url))
+    with _database_errors(settings):
+        out.print(current(settings.resolved_database_url))
 
 
 @token_app.command("create")

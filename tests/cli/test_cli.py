@@ -33,7 +33,9 @@ def test_db_upgrade_current_and_token(tmp_path: Path) -> None:
     assert secret_file.stat().st_mode & 0o077 == 0
     assert (tmp_path / "secret_key").exists()
 
-    result = run(["token", "create", "--sub", "alice", "--email", "a@example.com", "--admin", "--ttl", "600"], tmp_path)
+    result = run(
+        ["token", "create", "--sub", "alice", "--email", "a@example.com", "--admin", "--ttl", "600"], tmp_path
+    )
     assert result.returncode == 0, result.stderr
     token = result.stdout.strip()
     claims = jwt.decode(token, secret_file.read_text().strip(), algorithms=["HS256"])
@@ -48,7 +50,10 @@ def test_bad_configuration_is_one_clear_sentence(tmp_path: Path) -> None:
         ({"PARLEY_SECRET_KEY": "not-a-key"}, "PARLEY_SECRET_KEY"),
         ({"PARLEY_PORT": "seventy"}, "port"),
         ({"PARLEY_OUTBOUND_ALLOWLIST": "10.0.0.0/99"}, "PARLEY_OUTBOUND_ALLOWLIST"),
-        ({"PARLEY_AUTH_JWKS_URL": "https://idp.test/jwks", "PARLEY_AUTH_ISSUER": "https://idp.test/"}, "AUDIENCE"),
+        (
+            {"PARLEY_AUTH_JWKS_URL": "https://idp.test/jwks", "PARLEY_AUTH_ISSUER": "https://idp.test/"},
+            "AUDIENCE",
+        ),
     ]
     for env, fragment in cases:
         result = run(["db", "current"], tmp_path, **env)
@@ -62,3 +67,15 @@ def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
     result = run(["serve", "--port", "1"], tmp_path)
     assert result.returncode == 2
     assert "parley db upgrade" in result.stderr
+
+
+def test_unreachable_database_is_one_clear_sentence(tmp_path: Path) -> None:
+    for url, fragment in [
+        ("postgresql+asyncpg://postgres@127.0.0.1:1/x", "Connect call failed"),
+        ("postgresql+asyncpg://postgres:hunter2@127.0.0.1:5432/parley_no_such_db", "does not exist"),
+    ]:
+        for command in (["db", "upgrade"], ["serve", "--port", "1"]):
+            result = run(command, tmp_path, PARLEY_DATABASE_URL=url)
+            assert result.returncode == 2, result.stderr
+            assert "cannot be used" in result.stderr and fragment in result.stderr
+            assert "Traceback" not in result.stderr and "hunter2" not in result.stderr
