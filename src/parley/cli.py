@@ -33,8 +33,8 @@ app.add_typer(db_app, name="db")
 app.add_typer(token_app, name="token")
 app.add_typer(connector_app, name="connector")
 
-console = Console(stderr=True)
-out = Console()
+console = Console(stderr=True, soft_wrap=True)  # one sentence stays one line, for logs and scripts
+out = Console(soft_wrap=True)
 
 LOCAL_ADMIN_SUBJECT = "local-admin"
 
