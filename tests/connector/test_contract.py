@@ -309,3 +309,14 @@ async def test_openapi_documents_the_operation_completely(client: httpx.AsyncCli
             assert order["properties"][name]["type"] == json_types[kind], name
     assert set(schemas["ValidationError"]["properties"]) >= {"loc", "msg", "type", "input", "ctx"}
     assert set(schemas["ErrorEnvelope"]["properties"]) == {"success", "order", "message"}
+
+
+async def test_concurrent_first_requests_all_see_the_loaded_keys(
+    make_client: Callable[..., httpx.AsyncClient], backend: ConnectorSettings, api_key: str
+) -> None:
+    # A fresh process: the key table is loaded by the first request while the others wait for it.
+    http = make_client(backend)
+    responses = await asyncio.gather(
+        *(http.get(f"{ORDER_BASE}{i}", headers={"X-API-Key": api_key}) for i in range(1, 41))
+    )
+    assert [r.status_code for r in responses] == [200] * 40

@@ -10,6 +10,7 @@ response bytes are the same whichever layer answers.
 """
 
 # No `from __future__ import annotations`: FastAPI must resolve the closures in route signatures.
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -198,6 +199,15 @@ def create_connector_app(
     return ConnectorApp(settings or ConnectorSettings(), fast_path=fast_path)
 
 
+def configure_logging(settings: ConnectorSettings) -> None:
+    """Level filter for a connector process; leaves an embedding process's configuration alone."""
+    if not structlog.is_configured():
+        level = logging.getLevelNamesMapping()[settings.log_level]
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
+
+
 def create_app_from_env() -> ConnectorApp:
     """Uvicorn factory for multi-worker serving: each worker reads the settings from the environment."""
-    return create_connector_app(ConnectorSettings())
+    settings = ConnectorSettings()
+    configure_logging(settings)
+    return create_connector_app(settings)

@@ -7,6 +7,7 @@ limit (429); only then is the id looked at (422 / 404 / 200).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from parley.connector.errors import (
     MissingKey,
     OrderNotFound,
     RateLimited,
+    StoreUnavailable,
     envelope_found,
 )
 from parley.connector.repository import KeyTable, OrderStore
@@ -36,7 +38,9 @@ class KeyCache:
     """Active keys held in memory and reloaded when older than ``ttl`` seconds.
 
     A reload is one small indexed query, so the cache can be short-lived: a revoked key stops working
-    within ``ttl`` (1 s by default) in every worker, without any cross-process signalling.
+    within about ``ttl`` (1 s by default) in every worker, without any cross-process signalling. One
+    reload runs at a time; meanwhile other requests keep using the current table, unless it is older
+    than twice the ttl (or was never loaded), in which case they wait for the reload.
     """
 
     def __init__(self, store: OrderStore, ttl: float) -> None:
@@ -44,18 +48,28 @@ class KeyCache:
         self._ttl = ttl
         self._table: KeyTable = {}
         self._loaded_at = -math.inf
+        self._reloading: asyncio.Event | None = None
 
     async def get(self, key_id: str) -> tuple[str, str] | None:
-        now = time.monotonic()
-        if now - self._loaded_at > self._ttl:
-            # Stamp first: concurrent requests keep using the current table while one reload runs.
-            self._loaded_at = now
-            try:
-                self._table = await self._store.active_keys()
-            except BaseException:
-                self._loaded_at = -math.inf  # retry on the next request, never trust a stale table
-                raise
+        age = time.monotonic() - self._loaded_at
+        if age > self._ttl:
+            if self._reloading is None:
+                await self._reload()
+            elif age > 2 * self._ttl:
+                await self._reloading.wait()
+                if time.monotonic() - self._loaded_at > 2 * self._ttl:
+                    raise StoreUnavailable()  # the reload failed: never fall back to a stale table
         return self._table.get(key_id)
+
+    async def _reload(self) -> None:
+        done = self._reloading = asyncio.Event()
+        try:
+            started = time.monotonic()
+            self._table = await self._store.active_keys()
+            self._loaded_at = started
+        finally:
+            self._reloading = None
+            done.set()
 
 
 class KeyRateLimiter:

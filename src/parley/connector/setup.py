@@ -13,7 +13,7 @@ from datetime import UTC, date, datetime
 import uvicorn
 
 from parley.connector import keys
-from parley.connector.app import create_connector_app
+from parley.connector.app import configure_logging, create_connector_app
 from parley.connector.config import ConnectorSettings
 from parley.connector.db import engine_scope, upgrade
 from parley.connector.demo import generate_orders
@@ -99,6 +99,7 @@ def serve(
     settings: ConnectorSettings, host: str | None = None, port: int | None = None, workers: int | None = None
 ) -> None:
     """Migrate the database, then serve the connector until interrupted (blocking)."""
+    configure_logging(settings)
     upgrade_database(settings)
     host, port, workers = host or settings.host, port or settings.port, workers or settings.workers
     if workers == 1:
