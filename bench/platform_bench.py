@@ -57,7 +57,9 @@ def _wait(url: str, timeout: float = 30) -> None:
 
 @contextmanager
 def server(args: list[str], env: dict[str, str], probe: str) -> Iterator[None]:
-    process = subprocess.Popen(["taskset", "-c", "0", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        ["taskset", "-c", "0", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         _wait(probe)
         yield
@@ -70,7 +72,19 @@ def server(args: list[str], env: dict[str, str], probe: str) -> Iterator[None]:
 
 
 def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
-    command = ["taskset", "-c", "1", "wrk", "-t", "2", "-c", str(CONNECTIONS), "-d", f"{duration}s", "--latency"]
+    command = [
+        "taskset",
+        "-c",
+        "1",
+        "wrk",
+        "-t",
+        "2",
+        "-c",
+        str(CONNECTIONS),
+        "-d",
+        f"{duration}s",
+        "--latency",
+    ]
     for name, value in headers.items():
         command += ["-H", f"{name}: {value}"]
     output = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
@@ -96,7 +110,9 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
 
 def prepare(engine: str, data_dir: Path) -> tuple[dict[str, str], str | None]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
-    env.update({"PARLEY_DATA_DIR": str(data_dir), "PARLEY_LOG_LEVEL": "WARNING", "PARLEY_RATE_LIMIT_PER_MINUTE": "0"})
+    env.update(
+        {"PARLEY_DATA_DIR": str(data_dir), "PARLEY_LOG_LEVEL": "WARNING", "PARLEY_RATE_LIMIT_PER_MINUTE": "0"}
+    )
     dropped = None
     if engine == "postgresql":
         import asyncpg
@@ -145,12 +161,17 @@ def main() -> None:
                 base = f"http://127.0.0.1:{port}"
                 token = subprocess.run(
                     [PY, "-m", "parley", "token", "create", "--sub", "bench-user", "--ttl", "86400"],
-                    env=env, check=True, capture_output=True, text=True,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    text=True,
                 ).stdout.strip()
                 serve = [PY, "-m", "parley", "serve", "--port", str(port)]
                 with server(serve, env, f"{base}/healthz"):
                     headers = {"Authorization": f"Bearer {token}"}
-                    org = httpx.post(f"{base}/api/organizations", json={"name": "Bench"}, headers=headers).json()
+                    org = httpx.post(
+                        f"{base}/api/organizations", json={"name": "Bench"}, headers=headers
+                    ).json()
                     headers["X-Organization-Id"] = org["id"]
                     key = httpx.post(f"{base}/api/api-keys", json={"name": "bench"}, headers=headers).json()
                     url = f"{base}/api/api-keys/{key['id']}"
@@ -158,9 +179,20 @@ def main() -> None:
                 (data_dir / "body.json").write_bytes(body)
                 bare_env = {**env, "PARLEY_BENCH_BODY": str(data_dir / "body.json")}
                 bare_port = _free_port()
-                bare = [PY, "-m", "uvicorn", "bench.bare_asgi:app", "--port", str(bare_port), "--log-level", "warning"]
+                bare = [
+                    PY,
+                    "-m",
+                    "uvicorn",
+                    "bench.bare_asgi:app",
+                    "--port",
+                    str(bare_port),
+                    "--log-level",
+                    "warning",
+                ]
                 for round_index in range(args.rounds):
-                    with server(bare, {**bare_env, "PYTHONPATH": str(ROOT)}, f"http://127.0.0.1:{bare_port}/"):
+                    with server(
+                        bare, {**bare_env, "PYTHONPATH": str(ROOT)}, f"http://127.0.0.1:{bare_port}/"
+                    ):
                         results.setdefault("bare ASGI, same JSON", []).append(
                             wrk(f"http://127.0.0.1:{bare_port}/", {}, args.duration)
                         )
