@@ -15,6 +15,7 @@ from parley.auth.router import router as me_router
 from parley.auth.service import KnownUsers
 from parley.auth.tokens import TokenVerifier
 from parley.config import Settings, prepare_settings
+from parley.kit.blobs import blob_store_from_settings
 from parley.kit.db import Database
 from parley.kit.errors import install_error_handlers
 from parley.kit.logging import configure_logging
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.token_verifier = TokenVerifier(settings)
     app.state.rate_limiter = SlidingWindowLimiter(settings.rate_limit_per_minute)
     app.state.known_users = KnownUsers()
+    app.state.blobs = blob_store_from_settings(settings)
     if database is not None:
         app.state.db = database
     install_error_handlers(app)

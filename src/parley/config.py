@@ -62,6 +62,14 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = True
 
+    # Blob storage (recordings, assets, avatars, documents): empty or file:///path → a local directory
+    # (default <data_dir>/blobs); s3://bucket/prefix → S3-compatible object storage.
+    blob_url: str = ""
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+
     @field_validator("admin_subjects", "outbound_allowlist", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
