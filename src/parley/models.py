@@ -7,7 +7,8 @@ from parley.kit.db import Base
 from parley.organizations.models import Membership, Organization
 
 # flows and tools models
-# knowledge and datasets models
+import parley.datasets.models  # noqa: F401
+import parley.knowledge.models  # noqa: F401
 # providers, assets and uploads models
 
 __all__ = ["ApiKey", "AuditEvent", "Base", "Membership", "Organization", "User"]

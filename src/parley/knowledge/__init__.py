@@ -1,0 +1,1 @@
+"""Knowledge documents: uploads (file or text), background ingestion (parse, chunk, index) and search."""
