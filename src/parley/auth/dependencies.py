@@ -36,9 +36,8 @@ async def get_principal(
     scheme, _, token = header.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer":
-        raise Unauthorized(
-            f"The {scheme or 'given'} scheme is not accepted; use 'Authorization: Bearer <token>'."
-        )
+        # The unknown "scheme" may be a bare credential: never echo it back.
+        raise Unauthorized("Only the Bearer scheme is accepted; send 'Authorization: Bearer <token>'.")
     if not token:
         raise Unauthorized("The bearer token is empty.")
     app_state = request.app.state

@@ -8,6 +8,7 @@ good keys stay in use; only when no key could ever be had is the answer 503 rath
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -47,9 +48,12 @@ class JWKSCache:
                 response = await client.get(self.url, headers={"Accept": "application/json"})
                 response.raise_for_status()
                 document: Any = response.json()
+            entries = document.get("keys") if isinstance(document, dict) else None
+            if not isinstance(entries, list):
+                raise ValueError("the JWKS document has no list of keys")
             keys: dict[str, jwt.PyJWK] = {}
-            for index, data in enumerate(document.get("keys", [])):
-                if data.get("use", "sig") != "sig":
+            for index, data in enumerate(entries):
+                if not isinstance(data, dict) or data.get("use", "sig") != "sig":
                     continue
                 try:
                     key = jwt.PyJWK(data)
@@ -68,15 +72,20 @@ class JWKSCache:
     async def get_key(self, kid: str | None) -> jwt.PyJWK:
         key = self._lookup(kid)
         stale = time.monotonic() - self._fetched_at > self.cache_seconds
-        if (key is None or stale) and self._may_fetch():
+        # A request that arrives while another fetches waits for that fetch instead of failing.
+        if (key is None or stale) and (self._may_fetch() or self._lock.locked()):
             async with self._lock:
-                if self._may_fetch():  # another request may have fetched while this one waited
+                still_needed = (
+                    self._lookup(kid) is None or time.monotonic() - self._fetched_at > self.cache_seconds
+                )
+                if still_needed and self._may_fetch():
                     await self._fetch()
             key = self._lookup(kid)
         if not self._keys:
+            retry_after = max(1, math.ceil(self.refetch_cooldown - (time.monotonic() - self._last_attempt)))
             raise ServiceUnavailable(
                 "The identity provider's signing keys cannot be fetched right now; try again shortly.",
-                headers={"Retry-After": "5"},
+                headers={"Retry-After": str(retry_after)},
             )
         if key is None:
             raise Unauthorized("The token is signed with a key the identity provider does not publish.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import select
@@ -23,37 +24,53 @@ API_KEY_PREFIX = "pk_"
 _LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
-class KnownUsers:
-    """Users already stored with exactly these claims, so the hot path skips their lookup.
+@dataclass(frozen=True)
+class _KnownUser:
+    user_id: str
+    email: str | None
+    name: str | None
+    expires: float
 
-    Only rows read back from the database are remembered (never one inserted by a transaction that
-    might still roll back); entries expire so the map stays small.
+
+class KnownUsers:
+    """Users whose stored row already matches their token, so the hot path skips the lookup.
+
+    Keyed by subject and holding the stored profile. Only rows read back unchanged from the database
+    are remembered (never a row this request inserted or updated, whose transaction may still roll
+    back); entries expire so the map stays small and fresh.
     """
 
     def __init__(self, ttl_seconds: float = 60.0, max_entries: int = 50_000) -> None:
         self.ttl = ttl_seconds
         self.max_entries = max_entries
-        self._entries: dict[Claims, tuple[str, float]] = {}
+        self._entries: dict[str, _KnownUser] = {}
 
-    def get(self, claims: Claims) -> str | None:
-        entry = self._entries.get(claims)
-        if entry is None or entry[1] < time.monotonic():
+    def get(self, claims: Claims) -> _KnownUser | None:
+        entry = self._entries.get(claims.subject)
+        if entry is None or entry.expires < time.monotonic():
             return None
-        return entry[0]
+        if (claims.email and claims.email != entry.email) or (claims.name and claims.name != entry.name):
+            return None  # the profile changed: take the slow path, which updates the row
+        return entry
 
-    def remember(self, claims: Claims, user_id: str) -> None:
+    def remember(self, subject: str, user: User) -> None:
         if len(self._entries) >= self.max_entries:
             self._entries.clear()
-        self._entries[claims] = (user_id, time.monotonic() + self.ttl)
+        self._entries[subject] = _KnownUser(user.id, user.email, user.name, time.monotonic() + self.ttl)
+
+    def forget(self, subject: str) -> None:
+        self._entries.pop(subject, None)
 
 
-def _user_principal(user_id: str, claims: Claims, admin_subjects: list[str]) -> Principal:
+def _user_principal(
+    user_id: str, email: str | None, name: str | None, claims: Claims, admin_subjects: list[str]
+) -> Principal:
     return Principal(
         kind="user",
         id=user_id,
         subject=claims.subject,
-        email=claims.email,
-        name=claims.name,
+        email=email,
+        name=name,
         is_platform_admin=claims.subject in admin_subjects or ADMIN_ROLE_CLAIM in claims.roles,
     )
 
@@ -61,10 +78,10 @@ def _user_principal(user_id: str, claims: Claims, admin_subjects: list[str]) -> 
 async def user_from_claims(
     session: AsyncSession, claims: Claims, admin_subjects: list[str], known: KnownUsers | None = None
 ) -> Principal:
-    if known is not None and (user_id := known.get(claims)) is not None:
-        return _user_principal(user_id, claims, admin_subjects)
+    if known is not None and (entry := known.get(claims)) is not None:
+        return _user_principal(entry.user_id, entry.email, entry.name, claims, admin_subjects)
     user = await session.scalar(select(User).where(User.subject == claims.subject))
-    unchanged = user is not None and user.email == claims.email and user.name == claims.name
+    changed = True
     if user is None:
         user = User(id=new_id("usr"), subject=claims.subject, email=claims.email, name=claims.name)
         try:
@@ -78,9 +95,14 @@ async def user_from_claims(
     elif (claims.email and claims.email != user.email) or (claims.name and claims.name != user.name):
         user.email = claims.email or user.email
         user.name = claims.name or user.name
-    if unchanged and known is not None:
-        known.remember(claims, user.id)
-    return _user_principal(user.id, claims, admin_subjects)
+    else:
+        changed = False
+    if known is not None:
+        if changed:
+            known.forget(claims.subject)
+        else:
+            known.remember(claims.subject, user)
+    return _user_principal(user.id, user.email, user.name, claims, admin_subjects)
 
 
 def split_api_key(token: str) -> tuple[str, str] | None:
