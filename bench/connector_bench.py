@@ -201,14 +201,13 @@ def bench(
 
 def summarize(label: str, results: dict[str, list[Result]]) -> str:
     bare = statistics.median(r.rps for r in results["bare"])
-    cand = statistics.median(r.rps for r in results[label])
-    ratios = [c.rps / b.rps for b, c in zip(results["bare"], results[label], strict=True)]
-    p99 = max(r.p99_ms for r in results[label])
-    errors = sum(r.errors for r in results[label])
+    runs = results[label]
+    ratios = [c.rps / b.rps for b, c in zip(results["bare"], runs, strict=True)]
     return (
-        f"| {label} | {cand:,.0f} | {bare:,.0f} | {statistics.median(ratios):.2f} "
-        f"({min(ratios):.2f}-{max(ratios):.2f}) | {statistics.median(r.p50_ms for r in results[label]):.2f} "
-        f"| {p99:.2f} | {errors} |"
+        f"| {label} | {statistics.median(r.rps for r in runs):,.0f} | {bare:,.0f} "
+        f"| {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) "
+        f"| {statistics.median(r.p50_ms for r in runs):.2f} | {statistics.median(r.p99_ms for r in runs):.2f} "
+        f"({max(r.p99_ms for r in runs):.2f}) | {sum(r.errors for r in runs)} |"
     )
 
 
@@ -225,6 +224,10 @@ def main() -> None:
     parser.add_argument("--install-wrk", action="store_true", help="apt-get install wrk when it is missing")
     args = parser.parse_args()
     wrk = ensure_wrk(args.install_wrk)
+    load = os.getloadavg()[0]
+    print(f"load average before the run: {load:.2f} on {os.cpu_count()} cores", flush=True)
+    if load > 0.5:
+        print("warning: the machine is busy; figures will be noisy (ratios are more robust than req/s)")
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="connector-bench-") as tmp:
@@ -251,7 +254,7 @@ def main() -> None:
 
     print()
     print(f"{args.rounds} rounds x {args.duration} s, 64 connections, {args.orders} orders, random ids")
-    print("| store | connector req/s | bare ASGI req/s | ratio (range) | p50 ms | worst p99 ms | errors |")
+    print("| store | connector req/s | bare ASGI req/s | ratio (range) | p50 ms | p99 ms (worst) | errors |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         print(row)
