@@ -39,7 +39,8 @@ ROUTERS = (
     api_keys_router,
     audit_router,
     admin_router,
-    # flows and tools routers
+    __import__("parley.flows.router", fromlist=["router"]).router,
+    __import__("parley.tools.router", fromlist=["router"]).router,
     # knowledge and datasets routers
     # providers, assets and uploads routers
 )

@@ -6,7 +6,8 @@ from parley.auth.models import User
 from parley.kit.db import Base
 from parley.organizations.models import Membership, Organization
 
-# flows and tools models
+import parley.flows.models  # noqa: F401
+import parley.tools.models  # noqa: F401
 import parley.datasets.models  # noqa: F401
 import parley.knowledge.models  # noqa: F401
 # providers, assets and uploads models

@@ -1,0 +1,216 @@
+"""The flow definition: the documented JSON graph of an agent (see docs/flows.md).
+
+Structural rules (types, lengths, formats) live in these models; graph rules (reachability, targets,
+tools, expressions, templates, loops) in :mod:`parley.flows.validation`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NodeId = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", examples=["ask_order"])]
+VariableName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$", examples=["order_number"])]
+Template = Annotated[str, Field(max_length=4000, description="Jinja2 template rendered in a sandbox.")]
+Expression = Annotated[
+    str, Field(min_length=1, max_length=1000, description="Expression over the flow's variables.")
+]
+E164 = Annotated[str, Field(pattern=r"^\+[1-9][0-9]{6,14}$", examples=["+4930123456"])]
+
+# Variables every session has, whether the flow declares them or not.
+BUILTIN_VARIABLES = frozenset(
+    {
+        "caller_number",
+        "called_number",
+        "session_id",
+        "channel",
+        "language",
+        "now",
+        "today",
+        "last_user_message",
+    }
+)
+
+
+class DefinitionModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+class SpeechSettings(DefinitionModel):
+    provider: str = Field(min_length=1, max_length=60, description="Provider key, e.g. 'espeak'.")
+    voice: str | None = Field(default=None, max_length=120)
+    model: str | None = Field(default=None, max_length=120)
+
+
+class VoiceSettings(DefinitionModel):
+    stt: SpeechSettings | None = None
+    tts: SpeechSettings | None = None
+
+
+class _Node(DefinitionModel):
+    id: NodeId
+    label: str | None = Field(default=None, max_length=200)
+
+
+class SayNode(_Node):
+    type: Literal["say"]
+    text: Template
+    next: NodeId | None = None
+
+
+class CollectNode(_Node):
+    type: Literal["collect"]
+    variable: VariableName
+    kind: Literal["number", "digits", "date", "yes_no", "choice", "regex", "free_text"] = "free_text"
+    prompt: Template
+    reprompt: Template | None = None
+    choices: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, max_length=50, description="Allowed answers for kind 'choice'."
+    )
+    pattern: str | None = Field(
+        default=None, max_length=500, description="Regular expression for kind 'regex'."
+    )
+    min_length: int | None = Field(default=None, ge=0, le=100, description="For 'digits': fewest digits.")
+    max_length: int | None = Field(default=None, ge=1, le=100, description="For 'digits': most digits.")
+    max_retries: int = Field(default=2, ge=0, le=10)
+    on_failure: NodeId | None = Field(default=None, description="Where to go when the retries run out.")
+    next: NodeId | None = None
+
+
+class ToolNode(_Node):
+    type: Literal["tool"]
+    tool: str = Field(
+        min_length=1, max_length=80, description="Name or id of one of the organization's tools."
+    )
+    arguments: dict[VariableName, Any] = Field(
+        default_factory=dict, description="Argument values; strings are templates."
+    )
+    result_variable: VariableName | None = None
+    on_error: NodeId | None = None
+    next: NodeId | None = None
+
+
+class Condition(DefinitionModel):
+    when: Expression
+    next: NodeId
+
+
+class BranchNode(_Node):
+    type: Literal["branch"]
+    conditions: list[Condition] = Field(min_length=1, max_length=50)
+    default: NodeId
+
+
+class Transition(DefinitionModel):
+    name: VariableName
+    description: str = Field(default="", max_length=500)
+    next: NodeId
+
+
+class LlmNode(_Node):
+    type: Literal["llm"]
+    system_prompt: Template = ""
+    tools: list[str] = Field(default_factory=list, max_length=20, description="Names or ids of tools.")
+    transitions: list[Transition] = Field(default_factory=list, max_length=20)
+    max_turns: int = Field(default=10, ge=1, le=100)
+    next: NodeId | None = Field(default=None, description="Where to go after max_turns.")
+
+
+class KnowledgeNode(_Node):
+    type: Literal["knowledge"]
+    document_ids: list[Annotated[str, Field(max_length=40)]] | None = Field(
+        default=None,
+        max_length=100,
+        description="Subset of documents; all of the organization's when omitted.",
+    )
+    query: Template = Field(default="{{ last_user_message }}", description="What to search for.")
+    top_k: int = Field(default=3, ge=1, le=10)
+    answer: Template = Field(default="{{ knowledge_answer }}", description="What to say; sees 'hits'.")
+    result_variable: VariableName | None = None
+    next: NodeId | None = None
+
+
+class TransferNode(_Node):
+    type: Literal["transfer"]
+    phone_number: E164
+    message: Template = ""
+    next: NodeId | None = Field(default=None, description="Where to go when the transfer fails.")
+
+
+class SetNode(_Node):
+    type: Literal["set"]
+    assignments: dict[VariableName, Expression] = Field(min_length=1, max_length=50)
+    next: NodeId | None = None
+
+
+class SignalNode(_Node):
+    type: Literal["signal"]
+    signal_type: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["callback_requested"])
+    severity: Literal["info", "low", "medium", "high", "critical"] = "info"
+    details: dict[VariableName, Any] = Field(
+        default_factory=dict, description="Values; strings are templates."
+    )
+    next: NodeId | None = None
+
+
+class EndNode(_Node):
+    type: Literal["end"]
+    text: Template = ""
+
+
+Node = Annotated[
+    SayNode
+    | CollectNode
+    | ToolNode
+    | BranchNode
+    | LlmNode
+    | KnowledgeNode
+    | TransferNode
+    | SetNode
+    | SignalNode
+    | EndNode,
+    Field(discriminator="type"),
+]
+
+
+class FlowDefinition(DefinitionModel):
+    language: str = Field(default="de", pattern=r"^[a-z]{2}(-[A-Z]{2})?$")
+    languages: list[Annotated[str, Field(pattern=r"^[a-z]{2}(-[A-Z]{2})?$")]] = Field(
+        default_factory=list, max_length=10, description="Further languages the agent may switch to."
+    )
+    voice: VoiceSettings = Field(default_factory=VoiceSettings)
+    prompt: Template = Field(default="", description="Global instructions for every llm node.")
+    variables: dict[VariableName, Any] = Field(default_factory=dict, description="Name → default value.")
+    start_node: NodeId
+    nodes: list[Node] = Field(min_length=1, max_length=500)
+
+
+# Which fields of a node name its successors, and what kind of edge each makes.
+def node_targets(node: Any) -> list[tuple[str, str, str]]:
+    """``(field, target, kind)`` for every successor a node names."""
+    out: list[tuple[str, str, str]] = []
+    if isinstance(node, BranchNode):
+        out += [(f"conditions.{i}.next", c.next, "condition") for i, c in enumerate(node.conditions)]
+        out.append(("default", node.default, "next"))
+        return out
+    if isinstance(node, LlmNode):
+        out += [(f"transitions.{i}.next", t.next, "transition") for i, t in enumerate(node.transitions)]
+    if isinstance(node, CollectNode) and node.on_failure:
+        out.append(("on_failure", node.on_failure, "on_failure"))
+    if isinstance(node, ToolNode) and node.on_error:
+        out.append(("on_error", node.on_error, "on_error"))
+    target = getattr(node, "next", None)
+    if target:
+        out.append(("next", target, "next"))
+    return out
+
+
+def assigned_variables(node: Any) -> set[str]:
+    if isinstance(node, CollectNode):
+        return {node.variable}
+    if isinstance(node, ToolNode | KnowledgeNode) and node.result_variable:
+        return {node.result_variable}
+    if isinstance(node, SetNode):
+        return set(node.assignments)
+    return set()

@@ -1,0 +1,172 @@
+"""Branch conditions and ``set`` assignments: small expressions, checked and evaluated without ``eval``.
+
+Validation parses with ``ast.parse(mode="eval")`` and accepts only a whitelist of syntax (literals,
+names, attribute/index reads of public names, comparisons, boolean logic, arithmetic, conditional
+expressions and calls of the functions below). Evaluation uses simpleeval, which refuses dunder
+access and bounds powers and string sizes on its own as well.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import simpleeval
+
+MAX_EXPRESSION_LENGTH = 1000
+
+
+def _lower(value: Any) -> str:
+    return str(value).lower()
+
+
+def _upper(value: Any) -> str:
+    return str(value).upper()
+
+
+def _strip(value: Any) -> str:
+    return str(value).strip()
+
+
+def _contains(container: Any, item: Any) -> bool:
+    try:
+        return item in container
+    except TypeError:
+        return False
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or value == "" or value == [] or value == {}
+
+
+def _digits(value: Any) -> str:
+    return re.sub(r"\D", "", str(value))
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "len": len,
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "round": round,
+    "abs": abs,
+    "min": min,
+    "max": max,
+    "lower": _lower,
+    "upper": _upper,
+    "strip": _strip,
+    "contains": _contains,
+    "is_empty": _is_empty,
+    "digits": _digits,
+}
+
+_ALLOWED_NODES: tuple[type[ast.AST], ...] = (
+    ast.Expression,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.BinOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.UnaryOp,
+    ast.Not,
+    ast.USub,
+    ast.UAdd,
+    ast.Compare,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.In,
+    ast.NotIn,
+    ast.Is,
+    ast.IsNot,
+    ast.IfExp,
+    ast.Call,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.Attribute,
+    ast.Subscript,
+    ast.List,
+    ast.Tuple,
+)
+
+
+class ExpressionError(Exception):
+    """An expression is not acceptable or cannot be evaluated; the message is safe to show."""
+
+
+def expression_problems(text: str, known_names: Iterable[str]) -> list[str]:
+    """Why ``text`` is not an acceptable expression over ``known_names``; empty when fine."""
+    if len(text) > MAX_EXPRESSION_LENGTH:
+        return [f"the expression is longer than {MAX_EXPRESSION_LENGTH} characters"]
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        return [f"the expression does not parse: {exc.msg}"]
+    known = set(known_names)
+    problems: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            problems.append(f"{type(node).__name__} is not allowed in expressions")
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            problems.append(f"the private attribute {node.attr!r} may not be used")
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+            and node.slice.value.startswith("_")
+        ):
+            problems.append(f"the private key {node.slice.value!r} may not be used")
+        elif isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
+                name = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
+                problems.append(
+                    f"the function {name!r} is not available; use one of {', '.join(sorted(FUNCTIONS))}"
+                )
+            elif node.keywords:
+                problems.append("keyword arguments are not supported")
+        elif isinstance(node, ast.Name) and node.id.startswith("_"):
+            problems.append(f"the private name {node.id!r} may not be used")
+        elif isinstance(node, ast.Name) and node.id not in known and node.id not in FUNCTIONS:
+            problems.append(f"the variable {node.id!r} is not defined in this flow")
+    # A function name used as a value (``len`` instead of ``len(x)``) is caught at evaluation time.
+    return list(dict.fromkeys(problems))
+
+
+class _Evaluator(simpleeval.EvalWithCompoundTypes):  # type: ignore[misc]
+    """``a.b`` reads key ``b`` of the object ``a`` (flow data is JSON); a missing key is None."""
+
+    def _eval_attribute(self, node: ast.Attribute) -> Any:
+        value = self._eval(node.value)
+        if isinstance(value, Mapping):
+            return value.get(node.attr)
+        if value is None:
+            return None
+        raise ExpressionError(
+            f"'.{node.attr}' can only be read from an object, not from {type(value).__name__}"
+        )
+
+
+def evaluate(text: str, variables: Mapping[str, Any]) -> Any:
+    """Evaluate an expression over ``variables`` (raise ``ExpressionError`` when it fails)."""
+    problems = expression_problems(text, variables.keys())
+    if problems:
+        raise ExpressionError(problems[0])
+    evaluator = _Evaluator(names=dict(variables), functions=FUNCTIONS)
+    try:
+        return evaluator.eval(text.strip())
+    except simpleeval.InvalidExpression as exc:
+        raise ExpressionError(f"the expression cannot be evaluated: {exc}") from exc
+    except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as exc:
+        raise ExpressionError(f"the expression cannot be evaluated ({type(exc).__name__})") from exc

@@ -1,0 +1,379 @@
+"""Running a tool: the one entry point the conversation runtime and ``POST /api/tools/{id}/test`` use.
+
+``execute_tool`` validates the arguments against the tool's JSON Schema (raising
+:class:`InvalidArguments`), then runs it and always answers a :class:`ToolResult`: upstream failures,
+refused destinations and timeouts are results (``status`` error/timeout), never exceptions. Every
+outbound call goes through the SSRF-guarded client and reads at most ``MAX_RESPONSE_BYTES``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit
+
+import httpx
+import jsonschema  # type: ignore[import-untyped]
+import orjson
+from pydantic import BaseModel
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.config import Settings
+from parley.flows.templates import TemplateRenderError, render_template
+from parley.kit.crypto import SecretBox, SecretDecryptionError
+from parley.kit.errors import UpstreamError
+from parley.kit.outbound import OutboundPolicy, explain, guarded_client, read_limited
+from parley.tools.models import Tool
+from parley.tools.schemas import (
+    CONFIG_MODELS,
+    E164,
+    HttpToolConfig,
+    KnowledgeSearchConfig,
+    OrderLookupConfig,
+    TransferConfig,
+)
+
+MAX_RESPONSE_BYTES = 1024 * 1024
+
+Status = Literal["ok", "error", "timeout", "dry_run"]
+
+
+@dataclass
+class ToolResult:
+    status: Status
+    latency_ms: float = 0.0
+    http_status: int | None = None
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ArgumentError:
+    path: tuple[str | int, ...]
+    message: str
+
+
+@dataclass
+class InvalidArguments(Exception):
+    errors: list[ArgumentError] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return "; ".join(e.message for e in self.errors)
+
+
+BUILTIN_PARAMETERS: dict[str, dict[str, Any]] = {
+    "order_lookup": {
+        "type": "object",
+        "properties": {
+            "order_id": {
+                "type": ["string", "integer"],
+                "pattern": r"^\s*[0-9]{1,19}\s*$",
+                "minimum": 1,
+                "description": "The order number (digits).",
+            }
+        },
+        "required": ["order_id"],
+        "additionalProperties": False,
+    },
+    "knowledge_search": {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "maxLength": 1000},
+            "top_k": {"type": "integer", "minimum": 1, "maximum": 10},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+    "end_session": {
+        "type": "object",
+        "properties": {"reason": {"type": "string", "maxLength": 500}},
+        "additionalProperties": False,
+    },
+    "transfer": {
+        "type": "object",
+        "properties": {
+            "phone_number": {"type": "string", "pattern": E164},
+            "message": {"type": "string", "maxLength": 1000},
+        },
+        "additionalProperties": False,
+    },
+}
+
+
+def parameters_of(tool: Tool) -> dict[str, Any]:
+    if tool.type == "http":
+        return dict(tool.config.get("parameters") or {"type": "object", "properties": {}})
+    return BUILTIN_PARAMETERS[tool.type]
+
+
+def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
+    validator = jsonschema.Draft202012Validator(
+        parameters_of(tool), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    errors = [
+        ArgumentError(tuple(error.absolute_path), error.message)
+        for error in sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if errors:
+        raise InvalidArguments(errors)
+
+
+def secret_binding(tool_id: str, name: str) -> str:
+    return f"tools:{tool_id}:secrets.{name}"
+
+
+class _Refused(Exception):
+    """The call cannot be made as configured (bad template, URL, secret); the message is safe."""
+
+
+def _secrets(settings: Settings, tool: Tool) -> dict[str, str]:
+    box = SecretBox(settings.secret_key_bytes())
+    out = {}
+    for name, token in (tool.secrets or {}).items():
+        try:
+            out[name] = box.decrypt(token, bound_to=secret_binding(tool.id, name))
+        except SecretDecryptionError as exc:
+            raise _Refused(
+                f"The stored secret {name!r} cannot be decrypted (was the secret key changed?); set it again."
+            ) from exc
+    return out
+
+
+async def execute_tool(
+    session: AsyncSession, settings: Settings, tool: Tool, arguments: dict[str, Any]
+) -> ToolResult:
+    """Run ``tool`` with ``arguments``; raise :class:`InvalidArguments` when they do not fit its schema."""
+    validate_arguments(tool, arguments)
+    started = time.perf_counter()
+    try:
+        result = await _dispatch(session, settings, tool, arguments)
+    except _Refused as exc:
+        result = ToolResult("error", error=str(exc))
+    result.latency_ms = round((time.perf_counter() - started) * 1000, 2)
+    return result
+
+
+async def _dispatch(
+    session: AsyncSession, settings: Settings, tool: Tool, arguments: dict[str, Any]
+) -> ToolResult:
+    config = CONFIG_MODELS[tool.type].model_validate(tool.config)
+    if isinstance(config, HttpToolConfig):
+        return await _run_http(settings, tool, config, arguments)
+    if isinstance(config, OrderLookupConfig):
+        return await _run_order_lookup(settings, tool, config, arguments)
+    if isinstance(config, KnowledgeSearchConfig):
+        return await _run_knowledge_search(session, tool, config, arguments)
+    if isinstance(config, TransferConfig):
+        target = arguments.get("phone_number") or config.phone_number
+        message = arguments.get("message") or config.message
+        return ToolResult(
+            "dry_run",
+            result={"action": "transfer", "to": target, "message": message, "dry_run": True},
+        )
+    message = getattr(config, "message", "")
+    return ToolResult(
+        "dry_run",
+        result={
+            "action": "end_session",
+            "reason": arguments.get("reason"),
+            "message": message,
+            "dry_run": True,
+        },
+    )
+
+
+# --- http -------------------------------------------------------------------------------------------
+
+_WHOLE_VARIABLE = re.compile(r"^\{\{\s*([A-Za-z][A-Za-z0-9_]*)\s*\}\}$")
+
+
+def _render(text: str, context: dict[str, Any], what: str) -> str:
+    try:
+        return render_template(text, context)
+    except TemplateRenderError as exc:
+        raise _Refused(f"The {what} template cannot be rendered: {exc}") from exc
+
+
+def _render_json(value: Any, context: dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        whole = _WHOLE_VARIABLE.match(value)
+        if whole and whole.group(1) in context:
+            return context[whole.group(1)]
+        return _render(value, context, "body")
+    if isinstance(value, dict):
+        return {k: _render_json(v, context) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_render_json(v, context) for v in value]
+    return value
+
+
+def _url_safe(value: Any) -> Any:
+    # Arguments placed into a URL are percent-encoded, so "../admin" cannot change the path.
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return quote(str(value), safe="")
+    return value
+
+
+def _header_value(name: str, value: str) -> str:
+    if "\r" in value or "\n" in value:
+        raise _Refused(f"The header {name!r} would contain a line break.")
+    return value
+
+
+async def _run_http(
+    settings: Settings, tool: Tool, config: HttpToolConfig, arguments: dict[str, Any]
+) -> ToolResult:
+    context = {**arguments, "args": arguments}
+    url_context = {**{k: _url_safe(v) for k, v in arguments.items()}, "args": arguments}
+    with_secrets = {**context, "secrets": _secrets(settings, tool)}
+    url = _render(config.url, url_context, "url").strip()
+    if not url.lower().startswith(("http://", "https://")):
+        raise _Refused("The rendered URL does not start with http:// or https://.")
+    headers = {
+        k: _header_value(k, _render(v, with_secrets, f"header {k!r}")) for k, v in config.headers.items()
+    }
+    params = {k: _render(v, with_secrets, f"query parameter {k!r}") for k, v in config.query.items()}
+    request: dict[str, Any] = {"headers": headers, "params": params}
+    if config.body is not None and config.method != "GET":
+        request["json"] = _render_json(config.body, context)
+    policy = OutboundPolicy.from_entries(settings.outbound_allowlist)
+    result = await _call(policy, config.method, url, config.timeout_seconds, request)
+    if config.response_mapping and result.status == "ok" and isinstance(result.result, dict | list):
+        result.result = {name: extract(result.result, path) for name, path in config.response_mapping.items()}
+    return result
+
+
+async def _call(
+    policy: OutboundPolicy, method: str, url: str, seconds: float, request: dict[str, Any]
+) -> ToolResult:
+    try:
+        async with (
+            guarded_client(policy, timeout=seconds) as client,
+            asyncio.timeout(seconds),  # the whole call, however slowly the body trickles in
+            client.stream(method, url, **request) as response,
+        ):
+            raw = await read_limited(response, MAX_RESPONSE_BYTES)
+            content_type = response.headers.get("content-type", "")
+            status_code = response.status_code
+    except (TimeoutError, httpx.TimeoutException):
+        return ToolResult("timeout", error=f"The upstream service did not answer within {seconds:g} s.")
+    except httpx.InvalidURL:
+        return ToolResult("error", error="The URL is not valid.")
+    except httpx.HTTPError as exc:
+        return ToolResult("error", error=explain(exc))
+    except UpstreamError as exc:
+        return ToolResult("error", error=exc.detail)
+    body = _parse_body(raw, content_type)
+    if 200 <= status_code < 300:
+        return ToolResult("ok", http_status=status_code, result=body)
+    return ToolResult(
+        "error",
+        http_status=status_code,
+        result=body,
+        error=f"The upstream service answered HTTP {status_code}.",
+    )
+
+
+def _parse_body(raw: bytes, content_type: str) -> Any:
+    if not raw:
+        return None
+    stripped = raw.lstrip()[:1]
+    if "json" in content_type or stripped in (b"{", b"["):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return raw.decode("utf-8", "replace")
+
+
+def extract(data: Any, path: str) -> Any:
+    """A value by JSON pointer (``/order/status``) or dotted path (``order.status``); None if absent."""
+    if path.startswith("/"):
+        parts = [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+    else:
+        parts = [p for p in path.split(".") if p]
+    current = data
+    for part in parts:
+        if isinstance(current, dict):
+            if part not in current:
+                return None
+            current = current[part]
+        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
+            current = current[int(part)]
+        else:
+            return None
+    return current
+
+
+# --- order_lookup -----------------------------------------------------------------------------------
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port
+
+
+async def _run_order_lookup(
+    settings: Settings, tool: Tool, config: OrderLookupConfig, arguments: dict[str, Any]
+) -> ToolResult:
+    base = (config.connector_url or settings.connector_url).rstrip("/")
+    entries = list(settings.outbound_allowlist)
+    if _origin(base) == _origin(settings.connector_url):
+        # The operator's own connector is trusted even on a private address; nothing else is.
+        entries.append(_origin(settings.connector_url)[1])
+    order_id = str(arguments["order_id"]).strip()
+    headers = {"Accept": "application/json"}
+    api_key = _secrets(settings, tool).get("api_key")
+    if api_key:
+        headers["X-API-Key"] = _header_value("X-API-Key", api_key)
+    url = f"{base}/api/orders/{quote(order_id, safe='')}"
+    result = await _call(
+        OutboundPolicy.from_entries(entries), "GET", url, config.timeout_seconds, {"headers": headers}
+    )
+    envelope = result.result
+    if result.http_status == 404 and isinstance(envelope, dict) and "success" in envelope:
+        # "No such order" is an answer the flow branches on, not a failure of the tool.
+        return ToolResult("ok", http_status=404, result=envelope)
+    if result.status == "error" and isinstance(envelope, dict) and isinstance(envelope.get("message"), str):
+        result.error = f"The order connector answered HTTP {result.http_status}: {envelope['message'][:200]}"
+    return result
+
+
+# --- knowledge_search -------------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return value
+    return {k: getattr(value, k) for k in ("document_id", "chunk_id", "text", "score") if hasattr(value, k)}
+
+
+async def _run_knowledge_search(
+    session: AsyncSession, tool: Tool, config: KnowledgeSearchConfig, arguments: dict[str, Any]
+) -> ToolResult:
+    try:
+        knowledge = importlib.import_module("parley.knowledge.service")
+    except ImportError:
+        return ToolResult("error", error="Knowledge search is not available on this installation.")
+    hits = await knowledge.search(
+        session,
+        tool.organization_id,
+        arguments["query"],
+        top_k=int(arguments.get("top_k") or config.top_k),
+        document_ids=config.document_ids,
+    )
+    return ToolResult("ok", result=[_jsonable(hit) for hit in hits])

@@ -1,0 +1,212 @@
+"""Tool rules: typed configuration per type, secrets encrypted and bound to their row, references
+from flows kept intact (a tool a flow draft uses cannot be renamed or deleted)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy import Select, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.auth.principal import OrgContext
+from parley.config import Settings
+from parley.kit.crypto import SecretBox, mask
+from parley.kit.db import utcnow
+from parley.kit.errors import Conflict
+from parley.kit.ids import new_id
+from parley.kit.tenancy import get_owned, scoped
+from parley.tools.executor import (
+    InvalidArguments,
+    ToolResult,
+    execute_tool,
+    parameters_of,
+    secret_binding,
+)
+from parley.tools.models import Tool
+from parley.tools.schemas import ToolCreate, ToolOut, ToolTestOut, ToolUpdate, parse_config, require_secrets
+
+MAX_TEST_RESULT_BYTES = 10 * 1024
+
+
+def to_out(tool: Tool) -> ToolOut:
+    return ToolOut(
+        id=tool.id,
+        name=tool.name,
+        description=tool.description,
+        type=tool.type,
+        config=tool.config,
+        secrets=dict(tool.secret_hints or {}),
+        parameters=parameters_of(tool),
+        created_at=tool.created_at,
+        updated_at=tool.updated_at,
+    )
+
+
+def list_query(organization_id: str, tool_type: str | None, q: str | None) -> Select[Tool]:
+    stmt = scoped(Tool, organization_id)
+    if tool_type:
+        stmt = stmt.where(Tool.type == tool_type)
+    if q:
+        pattern = f"%{q.lower()}%"
+        stmt = stmt.where(
+            or_(
+                func.lower(Tool.name).like(pattern),
+                func.lower(func.coalesce(Tool.description, "")).like(pattern),
+            )
+        )
+    return stmt
+
+
+async def get_tool(session: AsyncSession, organization_id: str, tool_id: str) -> Tool:
+    return await get_owned(session, Tool, tool_id, organization_id, "Tool")
+
+
+async def _name_taken(session: AsyncSession, organization_id: str, name: str, except_id: str | None) -> bool:
+    stmt = select(Tool.id).where(Tool.organization_id == organization_id, Tool.name == name)
+    if except_id:
+        stmt = stmt.where(Tool.id != except_id)
+    return await session.scalar(stmt) is not None
+
+
+def _set_secrets(settings: Settings, tool: Tool, changes: dict[str, str | None]) -> None:
+    box = SecretBox(settings.secret_key_bytes())
+    sealed = dict(tool.secrets or {})
+    hints = dict(tool.secret_hints or {})
+    for name, value in changes.items():
+        if value is None:
+            sealed.pop(name, None)
+            hints.pop(name, None)
+        else:
+            sealed[name] = box.encrypt(value, bound_to=secret_binding(tool.id, name))
+            hints[name] = mask(value)
+    tool.secrets = sealed
+    tool.secret_hints = hints
+
+
+async def create_tool(
+    session: AsyncSession, settings: Settings, context: OrgContext, data: ToolCreate
+) -> Tool:
+    config = parse_config(data.type, data.config)
+    require_secrets(data.type, set(data.secrets))
+    if await _name_taken(session, context.organization_id, data.name, None):
+        raise Conflict(
+            f"A tool called {data.name!r} already exists in this organization; choose another name."
+        )
+    tool = Tool(
+        id=new_id("tool"),
+        organization_id=context.organization_id,
+        name=data.name,
+        description=data.description,
+        type=data.type,
+        config=config.model_dump(mode="json"),
+        secrets={},
+        secret_hints={},
+        created_by=context.actor_user_id,
+    )
+    _set_secrets(settings, tool, dict(data.secrets))
+    session.add(tool)
+    await session.flush()
+    return tool
+
+
+async def flows_using(session: AsyncSession, organization_id: str, tool: Tool) -> list[str]:
+    """Ids of flows whose draft refers to ``tool`` (by name or id)."""
+    from parley.flows.models import Flow
+    from parley.flows.service import referenced_tools
+
+    rows = await session.execute(
+        select(Flow.id, Flow.definition).where(Flow.organization_id == organization_id)
+    )
+    return [
+        flow_id for flow_id, definition in rows.all() if {tool.id, tool.name} & referenced_tools(definition)
+    ]
+
+
+async def update_tool(
+    session: AsyncSession, settings: Settings, organization_id: str, tool_id: str, data: ToolUpdate
+) -> Tool:
+    tool = await get_tool(session, organization_id, tool_id)
+    changes = data.model_dump(exclude_unset=True)
+    if data.name is not None and data.name != tool.name:
+        if await _name_taken(session, organization_id, data.name, tool.id):
+            raise Conflict(
+                f"A tool called {data.name!r} already exists in this organization; choose another name."
+            )
+        users = await flows_using(session, organization_id, tool)
+        if users:
+            raise Conflict(
+                f"The tool is used by name in flow {users[0]!r}"
+                + (f" and {len(users) - 1} more" if len(users) > 1 else "")
+                + "; refer to it by id there, or change those flows first."
+            )
+        tool.name = data.name
+    if "description" in changes:
+        tool.description = data.description
+    if data.config is not None:
+        tool.config = parse_config(tool.type, data.config).model_dump(mode="json")
+    if data.secrets is not None:
+        _set_secrets(settings, tool, dict(data.secrets))
+    require_secrets(tool.type, set(tool.secrets))
+    tool.updated_at = utcnow()
+    await session.flush()
+    return tool
+
+
+async def delete_tool(session: AsyncSession, organization_id: str, tool_id: str) -> Tool:
+    tool = await get_tool(session, organization_id, tool_id)
+    users = await flows_using(session, organization_id, tool)
+    if users:
+        raise Conflict(
+            f"The tool is used by flow {users[0]!r}"
+            + (f" and {len(users) - 1} more" if len(users) > 1 else "")
+            + "; remove it from those flows first."
+        )
+    await session.delete(tool)
+    await session.flush()
+    return tool
+
+
+def _truncate(result: ToolResult) -> ToolTestOut:
+    value: Any = result.result
+    truncated = False
+    encoded = orjson_dumps(value)
+    if len(encoded) > MAX_TEST_RESULT_BYTES:
+        text = value if isinstance(value, str) else encoded.decode("utf-8", "replace")
+        value = text.encode()[:MAX_TEST_RESULT_BYTES].decode("utf-8", "ignore")
+        truncated = True
+    return ToolTestOut(
+        status=result.status,
+        http_status=result.http_status,
+        latency_ms=result.latency_ms,
+        result=value,
+        truncated=truncated,
+        error=result.error,
+    )
+
+
+def orjson_dumps(value: Any) -> bytes:
+    import orjson
+
+    return orjson.dumps(value, default=str)
+
+
+async def test_tool(
+    session: AsyncSession, settings: Settings, organization_id: str, tool_id: str, arguments: dict[str, Any]
+) -> ToolTestOut:
+    tool = await get_tool(session, organization_id, tool_id)
+    try:
+        result = await execute_tool(session, settings, tool, arguments)
+    except InvalidArguments as exc:
+        raise RequestValidationError(
+            [
+                {
+                    "type": "tool_arguments",
+                    "loc": ("body", "arguments", *error.path),
+                    "msg": error.message,
+                    "input": None,
+                }
+                for error in exc.errors
+            ]
+        ) from exc
+    return _truncate(result)
