@@ -159,7 +159,7 @@ async def test_missing_or_unknown_key_is_401_before_the_id_is_validated(
     path: str,
 ) -> None:
     http = client if path == "fast" else api_client
-    encoded = {k: v.encode() for k, v in headers.items()}
+    encoded = {k.encode(): v.encode() for k, v in headers.items()}
     for order_id in ("1", "abc", "0"):
         response = await http.get(f"{ORDER_BASE}{order_id}", headers=encoded)
         assert response.status_code == 401

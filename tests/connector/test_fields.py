@@ -70,12 +70,14 @@ def test_integers_and_strings() -> None:
     assert to_integer("12", True) == 12
     assert to_integer("12,0", True) == 12
     assert to_integer(7.0, False) == 7
-    for bad in ("1.5", True, None, "", "sieben", 2.5, [1]):
+    bad_integers: list[object] = ["1.5", True, None, "", "sieben", 2.5, [1]]
+    for bad in bad_integers:
         with pytest.raises(FieldInvalid):
             to_integer(bad, True)
     assert to_string(1067, False) == "1067"
     assert to_string(None, False) == ""
     assert to_string("  München ", True) == "München"
-    for bad in (1.5, True, {"a": 1}):
+    bad_strings: list[object] = [1.5, True, {"a": 1}]
+    for bad in bad_strings:
         with pytest.raises(FieldInvalid):
             to_string(bad, False)

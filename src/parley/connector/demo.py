@@ -144,7 +144,7 @@ _LAST = [
     "Vogel",
     "Friedrich",
     "Günther",
-    "Yılmaz",  # noqa: RUF001 (a Turkish surname, spelled right)
+    "Yılmaz",
     "Kowalski",
     "Nowak",
     "Öztürk",
@@ -273,7 +273,7 @@ class DemoGenerator:
             ("ü", "ue"),
             ("ß", "ss"),
             ("ş", "s"),
-            ("ı", "i"),  # noqa: RUF001
+            ("ı", "i"),
             ("ğ", "g"),
         ):
             local = local.replace(a, b)
