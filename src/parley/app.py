@@ -41,7 +41,7 @@ ROUTERS = (
     admin_router,
     __import__("parley.flows.router", fromlist=["router"]).router,
     __import__("parley.tools.router", fromlist=["router"]).router,
-    # knowledge and datasets routers
+    __import__("parley.knowledge.router", fromlist=["router"]).router,
     # providers, assets and uploads routers
 )
 
@@ -62,9 +62,16 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             pool_size=settings.db_pool_size,
             pool_timeout=settings.db_pool_timeout,
         )
+        from parley.kit.jobs import JobContext, JobRunner
+
+        # Background jobs run in this process; unfinished work recorded in the database is re-queued.
+        app.state.jobs = JobRunner(JobContext(db=app.state.db, state=app.state))
+        app.state.jobs.start()
+        await app.state.jobs.recover()
         try:
             yield
         finally:
+            await app.state.jobs.stop()
             if owned:
                 await app.state.db.dispose()
 

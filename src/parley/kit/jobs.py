@@ -1,0 +1,197 @@
+"""Background jobs: named handlers, and an in-process runner for the embedded default.
+
+A job is a name and a small JSON-able payload (ids, never rows). Handlers are plain coroutines
+``async def handler(ctx: JobContext, payload: dict) -> None`` registered by name; they open their own
+session from ``ctx.db`` and commit their own transaction. They know nothing about the queue, so a
+Redis-backed queue (taskiq, arq) can later run the same handlers from ``registry``.
+
+Durable state lives in the domain rows (e.g. a knowledge document's ``status``), not in the queue:
+each handler name may have a *recovery* query that lists the payloads of unfinished work, and the
+runner re-enqueues them when it starts, so nothing is lost across a restart. Handlers must therefore
+be idempotent (skip work that is already done).
+
+Requests enqueue with :func:`enqueue_after_commit`: the job is queued only once the request's
+transaction has committed, so a job never sees uncommitted (or rolled back) rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.datastructures import State
+
+from parley.kit.db import Database, after_commit
+
+log = structlog.get_logger("parley.jobs")
+
+Payload = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a handler gets besides its payload: the database and the app's state (settings, blobs)."""
+
+    db: Database
+    state: State
+
+    @property
+    def blobs(self) -> Any:
+        return self.state.blobs
+
+    @property
+    def settings(self) -> Any:
+        return self.state.settings
+
+
+JobHandler = Callable[[JobContext, Payload], Awaitable[None]]
+Recovery = Callable[[AsyncSession], Awaitable[list[Payload]]]
+
+
+@dataclass
+class JobRegistry:
+    handlers: dict[str, JobHandler] = field(default_factory=dict)
+    recoveries: dict[str, Recovery] = field(default_factory=dict)
+
+    def register(self, name: str, handler: JobHandler, *, recover: Recovery | None = None) -> None:
+        if name in self.handlers and self.handlers[name] is not handler:
+            raise ValueError(f"a job handler named {name!r} is already registered")
+        self.handlers[name] = handler
+        if recover is not None:
+            self.recoveries[name] = recover
+
+    def handler(self, name: str, *, recover: Recovery | None = None) -> Callable[[JobHandler], JobHandler]:
+        def decorate(fn: JobHandler) -> JobHandler:
+            self.register(name, fn, recover=recover)
+            return fn
+
+        return decorate
+
+
+registry = JobRegistry()
+"""The process-wide registry; domain ``tasks`` modules register their handlers here at import."""
+
+
+class JobRunner:
+    """An asyncio queue worked by a few tasks in the server process (the embedded default)."""
+
+    def __init__(self, context: JobContext, *, jobs: JobRegistry = registry, workers: int = 2) -> None:
+        self.context = context
+        self.jobs = jobs
+        self.workers = workers
+        self._queue: asyncio.Queue[tuple[str, Payload]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._unfinished = 0  # queued + running
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stopping = False
+
+    @property
+    def started(self) -> bool:
+        return bool(self._tasks)
+
+    def start(self) -> None:
+        """Start the worker tasks (idempotent). Needs a running event loop."""
+        if self._tasks:
+            return
+        self._stopping = False
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._work(), name=f"parley-job-{i}") for i in range(self.workers)]
+
+    async def recover(self) -> int:
+        """Re-enqueue unfinished work found by the registered recovery queries; returns how many."""
+        count = 0
+        for name, query in self.jobs.recoveries.items():
+            try:
+                async with self.context.db.sessionmaker() as session:
+                    payloads = await query(session)
+            except Exception as exc:  # e.g. the database is down at start-up: /readyz reports that
+                log.warning("jobs_recovery_failed", job=name, error_type=type(exc).__name__)
+                continue
+            for payload in payloads:
+                self.enqueue(name, payload)
+                count += 1
+        if count:
+            log.info("jobs_recovered", count=count)
+        return count
+
+    def enqueue(self, name: str, payload: Payload) -> None:
+        if name not in self.jobs.handlers:
+            raise KeyError(f"no job handler is registered under {name!r}")
+        self.start()
+        self._unfinished += 1
+        self._idle.clear()
+        self._queue.put_nowait((name, dict(payload)))
+
+    async def drain(self, seconds: float = 30.0) -> None:
+        """Wait until every queued job has run (tests, graceful shutdown); TimeoutError after ``seconds``."""
+        async with asyncio.timeout(seconds):
+            await self._idle.wait()
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Drop queued jobs, let running ones finish (up to ``grace`` seconds), then end the workers.
+
+        Dropped jobs lose nothing: their rows are still unfinished, so the next start recovers them.
+        """
+        self._stopping = True
+        while not self._queue.empty():
+            self._queue.get_nowait()
+            self._done()
+        with contextlib.suppress(TimeoutError):
+            await self.drain(grace)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    def _done(self) -> None:
+        self._unfinished -= 1
+        if self._unfinished <= 0:
+            self._unfinished = 0
+            self._idle.set()
+
+    async def _work(self) -> None:
+        while True:
+            name, payload = await self._queue.get()
+            try:
+                if not self._stopping:
+                    await run_job(self.context, name, payload, self.jobs)
+            finally:
+                self._done()
+
+
+async def run_job(context: JobContext, name: str, payload: Payload, jobs: JobRegistry = registry) -> None:
+    """Run one job; failures are logged by type and never escape (handlers record their own failures)."""
+    handler = jobs.handlers[name]
+    try:
+        await handler(context, payload)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.error("job_failed", job=name, error_type=type(exc).__name__, exc_info=exc)
+
+
+def runner_for(state: State) -> JobRunner:
+    """The app's runner (``app.state.jobs``), created on first use when the lifespan did not run."""
+    runner: JobRunner | None = getattr(state, "jobs", None)
+    if runner is None:
+        runner = JobRunner(JobContext(db=state.db, state=state))
+        state.jobs = runner
+    return runner
+
+
+def enqueue_after_commit(session: AsyncSession, state: State, name: str, payload: Payload) -> None:
+    """Queue the job once the request's transaction has committed (never for a rolled-back one)."""
+    runner = runner_for(state)
+
+    async def enqueue() -> None:
+        runner.enqueue(name, payload)
+
+    after_commit(session, enqueue)
