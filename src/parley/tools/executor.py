@@ -238,7 +238,12 @@ async def _run_http(
         k: _header_value(k, _render(v, with_secrets, f"header {k!r}")) for k, v in config.headers.items()
     }
     params = {k: _render(v, with_secrets, f"query parameter {k!r}") for k, v in config.query.items()}
-    request: dict[str, Any] = {"headers": headers, "params": params}
+    try:
+        # Query parameters add to those written in the URL (httpx's params= would replace them).
+        url = str(httpx.URL(url).copy_merge_params(params)) if params else url
+    except httpx.InvalidURL as exc:
+        raise _Refused("The rendered URL is not valid.") from exc
+    request: dict[str, Any] = {"headers": headers}
     if config.body is not None and config.method != "GET":
         request["json"] = _render_json(config.body, context)
     policy = OutboundPolicy.from_entries(settings.outbound_allowlist)
