@@ -472,3 +472,12 @@ async def test_viewers_read_but_cannot_write(
     assert (await client.delete(url, headers=viewer)).status_code == 403
     exported = (await client.get(f"{url}/export", headers=viewer)).json()
     assert (await client.post("/api/flows/import", json=exported, headers=viewer)).status_code == 403
+
+
+def test_the_documented_example_is_the_tested_one() -> None:
+    import json
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "flows.md").read_text()
+    block = text.split("## Complete example", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+    assert json.loads(block) == order_flow()
