@@ -42,6 +42,7 @@ ROUTERS = (
     __import__("parley.flows.router", fromlist=["router"]).router,
     __import__("parley.tools.router", fromlist=["router"]).router,
     __import__("parley.knowledge.router", fromlist=["router"]).router,
+    __import__("parley.datasets.router", fromlist=["router"]).router,
     # providers, assets and uploads routers
 )
 
