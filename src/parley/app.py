@@ -43,7 +43,9 @@ ROUTERS = (
     __import__("parley.tools.router", fromlist=["router"]).router,
     __import__("parley.knowledge.router", fromlist=["router"]).router,
     __import__("parley.datasets.router", fromlist=["router"]).router,
-    # providers, assets and uploads routers
+    __import__("parley.providers.router", fromlist=["router"]).router,
+    __import__("parley.assets.router", fromlist=["router"]).router,
+    __import__("parley.assets.router", fromlist=["uploads_router"]).uploads_router,
 )
 
 

@@ -69,6 +69,7 @@ class Settings(BaseSettings):
     s3_region: str | None = None
     s3_access_key_id: str | None = None
     s3_secret_access_key: SecretStr | None = None
+    asset_max_bytes: int = Field(default=25 * 1024 * 1024, ge=1024, description="Largest asset upload.")
 
     @field_validator("admin_subjects", "outbound_allowlist", mode="before")
     @classmethod

@@ -10,6 +10,7 @@ import parley.flows.models  # noqa: F401
 import parley.tools.models  # noqa: F401
 import parley.datasets.models  # noqa: F401
 import parley.knowledge.models  # noqa: F401
-# providers, assets and uploads models
+import parley.providers.models  # noqa: F401
+import parley.assets.models  # noqa: F401
 
 __all__ = ["ApiKey", "AuditEvent", "Base", "Membership", "Organization", "User"]

@@ -1,0 +1,1 @@
+"""Assets (files in blob storage) and avatar uploads."""

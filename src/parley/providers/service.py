@@ -1,0 +1,184 @@
+"""Provider configurations: validated against the provider's model, secrets sealed to their row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import SecretStr
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.auth.principal import OrgContext
+from parley.config import Settings
+from parley.kit.body import validate_body
+from parley.kit.crypto import SecretBox, SecretDecryptionError, mask
+from parley.kit.errors import NotFound
+from parley.kit.ids import new_id
+from parley.kit.tenancy import scoped
+from parley.providers.catalog import PROVIDERS, ProviderSettings, ProviderSpec
+from parley.providers.checks import CheckResult, run_check
+from parley.providers.models import ProviderConfig
+from parley.providers.schemas import ProviderConfigOut, ProviderOut
+
+TABLE = "provider_configs"
+MASK_PREFIX = "••••"
+
+
+def get_spec(key: str) -> ProviderSpec:
+    spec = PROVIDERS.get(key)
+    if spec is None:
+        raise NotFound(f"There is no provider {key!r}; the providers are {', '.join(sorted(PROVIDERS))}.")
+    return spec
+
+
+def _bound(row_id: str, field: str) -> str:
+    return f"{TABLE}:{row_id}:{field}"
+
+
+def _box(settings: Settings) -> SecretBox:
+    return SecretBox(settings.secret_key_bytes())
+
+
+async def list_providers(session: AsyncSession, context: OrgContext, kind: str | None) -> list[ProviderOut]:
+    configured = set(
+        (
+            await session.scalars(
+                scoped(ProviderConfig, context.organization_id).with_only_columns(ProviderConfig.provider_key)
+            )
+        ).all()
+    )
+    return [
+        ProviderOut(
+            key=spec.key,
+            kind=spec.kind,
+            name=spec.name,
+            description=spec.description,
+            offline=spec.offline,
+            default=spec.default,
+            configured=spec.key in configured,
+            secret_fields=spec.secret_fields,
+            config_schema=spec.config_schema(),
+        )
+        for spec in PROVIDERS.values()
+        if kind is None or spec.kind == kind
+    ]
+
+
+async def find_config(session: AsyncSession, context: OrgContext, key: str) -> ProviderConfig | None:
+    return await session.scalar(
+        scoped(ProviderConfig, context.organization_id).where(ProviderConfig.provider_key == key)
+    )
+
+
+async def get_config(session: AsyncSession, context: OrgContext, spec: ProviderSpec) -> ProviderConfig:
+    row = await find_config(session, context, spec.key)
+    if row is None:
+        raise NotFound(f"Provider {spec.key!r} is not configured in this organization.")
+    return row
+
+
+def _decrypt_all(box: SecretBox, row: ProviderConfig) -> dict[str, str]:
+    """The row's secrets in plain text; one that no longer decrypts (key changed) counts as unset."""
+    plain: dict[str, str] = {}
+    for field, token in (row.secrets or {}).items():
+        try:
+            plain[field] = box.decrypt(token, bound_to=_bound(row.id, field))
+        except SecretDecryptionError:
+            continue
+    return plain
+
+
+def to_out(settings: Settings, spec: ProviderSpec, row: ProviderConfig) -> ProviderConfigOut:
+    secrets = _decrypt_all(_box(settings), row)
+    config: dict[str, Any] = dict(row.settings)
+    for field in spec.secret_fields:
+        config[field] = mask(secrets[field]) if field in secrets else None
+    return ProviderConfigOut(
+        key=spec.key,
+        kind=spec.kind,
+        config=config,
+        secrets_set=sorted(secrets),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _is_kept(value: Any, stored: str | None) -> bool:
+    """A secret left as it is: omitted, or sent back as the masked hint the API showed."""
+    return (
+        isinstance(value, str)
+        and stored is not None
+        and (value == mask(stored) or value.startswith(MASK_PREFIX))
+    )
+
+
+async def put_config(
+    session: AsyncSession, settings: Settings, context: OrgContext, spec: ProviderSpec, body: dict[str, Any]
+) -> ProviderConfig:
+    box = _box(settings)
+    row = await find_config(session, context, spec.key)
+    stored = _decrypt_all(box, row) if row is not None else {}
+    data = dict(body)
+    for field in spec.secret_fields:
+        if field not in data or _is_kept(data[field], stored.get(field)):
+            if field in stored:
+                data[field] = stored[field]
+            else:
+                data.pop(field, None)
+    config = validate_body(spec.config_model, data)
+
+    plain_settings: dict[str, Any] = {}
+    secret_values: dict[str, str] = {}
+    for field, value in config:
+        if field in spec.secret_fields:
+            if isinstance(value, SecretStr):
+                secret_values[field] = value.get_secret_value()
+        else:
+            plain_settings[field] = value
+
+    if row is None:
+        row = ProviderConfig(
+            id=new_id("pcfg"),
+            organization_id=context.organization_id,
+            provider_key=spec.key,
+            settings={},
+            secrets={},
+        )
+        session.add(row)
+    row.settings = plain_settings
+    row.secrets = {
+        field: box.encrypt(value, bound_to=_bound(row.id, field)) for field, value in secret_values.items()
+    }
+    row.updated_by = context.actor_user_id
+    await session.flush()
+    await session.refresh(row)
+    return row
+
+
+async def delete_config(session: AsyncSession, context: OrgContext, spec: ProviderSpec) -> ProviderConfig:
+    row = await get_config(session, context, spec)
+    await session.delete(row)
+    await session.flush()
+    return row
+
+
+def load_config(settings: Settings, spec: ProviderSpec, row: ProviderConfig | None) -> ProviderSettings:
+    """The validated configuration with its secrets in plain text, for talking to the provider."""
+    if row is None:
+        if not spec.offline:
+            raise NotFound(f"Provider {spec.key!r} is not configured in this organization.")
+        return spec.config_model()
+    data: dict[str, Any] = {**row.settings, **_decrypt_all(_box(settings), row)}
+    return spec.config_model.model_validate(data)
+
+
+async def check(
+    session: AsyncSession, settings: Settings, context: OrgContext, spec: ProviderSpec
+) -> tuple[CheckResult, float]:
+    row = await find_config(session, context, spec.key)
+    try:
+        config = load_config(settings, spec, row)
+    except ValueError:
+        return CheckResult(
+            False, "The stored configuration is incomplete (a secret no longer decrypts); save it again."
+        ), 0.0
+    return await run_check(settings, spec.key, config)
