@@ -46,6 +46,7 @@ ROUTERS = (
     __import__("parley.providers.router", fromlist=["router"]).router,
     __import__("parley.assets.router", fromlist=["router"]).router,
     __import__("parley.assets.router", fromlist=["uploads_router"]).uploads_router,
+    __import__("parley.llm.router", fromlist=["router"]).router,
 )
 
 

@@ -58,6 +58,7 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = Field(default=600, ge=0)
     outbound_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
     outbound_timeout: float = Field(default=10.0, gt=0)
+    llm_timeout: float = Field(default=60.0, gt=0, le=600, description="Seconds an LLM call may take.")
 
     log_level: str = "INFO"
     log_json: bool = True

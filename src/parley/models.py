@@ -12,5 +12,6 @@ import parley.datasets.models  # noqa: F401
 import parley.knowledge.models  # noqa: F401
 import parley.providers.models  # noqa: F401
 import parley.assets.models  # noqa: F401
+import parley.llm.models  # noqa: F401
 
 __all__ = ["ApiKey", "AuditEvent", "Base", "Membership", "Organization", "User"]

@@ -1,0 +1,157 @@
+"""A local OpenAI-compatible server speaking the real chat-completions protocol, for tests.
+
+Behaviour is chosen by the requested model name, so a test steers it without patching anything:
+- any model: echoes the last user message ("You said: ...");
+- tools offered and the last user message mentions "order": a tool call to the first tool, with the
+  digits of the message as ``order_id``;
+- ``error-500`` / ``error-429``: an OpenAI-style error body with that status;
+- ``stall``: waits ``slow_seconds`` before the first byte of the answer;
+- ``slow``: streams its words ``slow_seconds / 10`` apart;
+- ``garbage``: a 200 whose body is not a chat completion.
+Streams send ``chat.completion.chunk`` events, a usage chunk (``stream_options.include_usage``) and
+``[DONE]``. The server records each request and whether a stream was abandoned by the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class StubState:
+    api_key: str = "sk-test-stub-key"
+    slow_seconds: float = 3.0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    abandoned_streams: int = 0
+    completed_streams: int = 0
+
+
+def _answer(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
+    user = next(
+        (m.get("content") or "" for m in reversed(body.get("messages", [])) if m.get("role") == "user"), ""
+    )
+    tools = body.get("tools") or []
+    if tools and "order" in user.lower():
+        digits = "".join(re.findall(r"\d", user)) or "0"
+        call = {
+            "id": "call_stub_1",
+            "type": "function",
+            "function": {
+                "name": tools[0]["function"]["name"],
+                "arguments": json.dumps({"order_id": int(digits)}),
+            },
+        }
+        return None, [call]
+    return f"You said: {user}", []
+
+
+def _usage(body: dict[str, Any], text: str | None) -> dict[str, int]:
+    prompt = sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
+    completion = len((text or "").split()) or 1
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def make_openai_stub(state: StubState) -> Starlette:
+    async def models(request: Request) -> Response:
+        if request.headers.get("authorization") != f"Bearer {state.api_key}":
+            return JSONResponse({"error": {"message": "Incorrect API key provided."}}, status_code=401)
+        return JSONResponse({"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
+
+    async def completions(request: Request) -> Response:
+        if request.headers.get("authorization") != f"Bearer {state.api_key}":
+            return JSONResponse(
+                {"error": {"message": "Incorrect API key provided.", "type": "auth"}}, status_code=401
+            )
+        body = await request.json()
+        state.requests.append(body)
+        model = body.get("model", "")
+        if model.startswith("error-"):
+            status = int(model.split("-", 1)[1])
+            return JSONResponse(
+                {"error": {"message": f"stub failure {status}", "type": "server_error"}}, status_code=status
+            )
+        if model == "garbage":
+            return PlainTextResponse("this is not json")
+        text, calls = _answer(body)
+        if body.get("stream"):
+            return StreamingResponse(_stream(state, body, text, calls), media_type="text/event-stream")
+        if model == "stall":
+            await asyncio.sleep(state.slow_seconds)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = calls
+        return JSONResponse(
+            {
+                "id": "chatcmpl-stub",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+                ],
+                "usage": _usage(body, text),
+            }
+        )
+
+    return Starlette(
+        routes=[Route("/v1/models", models), Route("/v1/chat/completions", completions, methods=["POST"])]
+    )
+
+
+async def _stream(
+    state: StubState, body: dict[str, Any], text: str | None, calls: list[dict[str, Any]]
+) -> AsyncIterator[bytes]:
+    model = body.get("model", "")
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        data = {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion.chunk",
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(data)}\n\n".encode()
+
+    try:
+        if model == "stall":
+            await asyncio.sleep(state.slow_seconds)
+        yield chunk({"role": "assistant"})
+        for word in (text or "").split(" ") if text else []:
+            if model == "slow":
+                await asyncio.sleep(state.slow_seconds / 10)
+            yield chunk({"content": word + " "})
+        for index, call in enumerate(calls):
+            arguments = call["function"]["arguments"]
+            half = len(arguments) // 2
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": arguments[:half]},
+                        }
+                    ]
+                }
+            )
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]})
+        yield chunk({}, "tool_calls" if calls else "stop")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            yield f"data: {json.dumps({'id': 'chatcmpl-stub', 'choices': [], 'usage': _usage(body, text)})}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+        state.completed_streams += 1
+    except (asyncio.CancelledError, GeneratorExit):
+        state.abandoned_streams += 1
+        raise
