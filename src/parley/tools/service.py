@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy import Select, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -170,7 +171,7 @@ async def delete_tool(session: AsyncSession, organization_id: str, tool_id: str)
 def _truncate(result: ToolResult) -> ToolTestOut:
     value: Any = result.result
     truncated = False
-    encoded = orjson_dumps(value)
+    encoded = orjson.dumps(value, default=str)
     if len(encoded) > MAX_TEST_RESULT_BYTES:
         text = value if isinstance(value, str) else encoded.decode("utf-8", "replace")
         value = text.encode()[:MAX_TEST_RESULT_BYTES].decode("utf-8", "ignore")
@@ -183,12 +184,6 @@ def _truncate(result: ToolResult) -> ToolTestOut:
         truncated=truncated,
         error=result.error,
     )
-
-
-def orjson_dumps(value: Any) -> bytes:
-    import orjson
-
-    return orjson.dumps(value, default=str)
 
 
 async def test_tool(
