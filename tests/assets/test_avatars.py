@@ -78,6 +78,7 @@ async def test_png_transparency_is_kept(client: httpx.AsyncClient) -> None:
     assert Image.open(io.BytesIO(content.content)).mode == "RGBA"
 
 
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
 @pytest.mark.parametrize(
     ("data", "status"),
     [

@@ -54,7 +54,13 @@ async def create_assets(
     request: Request,
     session: DbSession,
     context: OrgWriter,
-    file: Annotated[UploadFile, File(description="The file: audio, image, PDF or text (max 25 MB).")],
+    file: Annotated[
+        UploadFile,
+        File(
+            description="The file: audio, image, PDF or text (max 25 MB).",
+            json_schema_extra={"format": "binary"},
+        ),
+    ],
     name: Annotated[
         str | None, Form(min_length=1, max_length=255, description="Display name; default: file name.")
     ] = None,
@@ -131,7 +137,10 @@ async def create_upload_avatar(
     request: Request,
     session: DbSession,
     context: OrgReader,
-    file: Annotated[UploadFile, File(description="A PNG, JPEG or WebP image (max 5 MB).")],
+    file: Annotated[
+        UploadFile,
+        File(description="A PNG, JPEG or WebP image (max 5 MB).", json_schema_extra={"format": "binary"}),
+    ],
     target: Annotated[
         Literal["user", "organization"],
         Form(description="Whose avatar: yours (default) or the organization's (admins)."),
