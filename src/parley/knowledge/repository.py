@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 FOLD_FROM = "ÀÁÂÃÄÅàáâãäåÈÉÊËèéêëÌÍÎÏìíîïÒÓÔÕÖØòóôõöøÙÚÛÜùúûüÝýÿÇçÑñ"
@@ -75,12 +76,18 @@ async def ensure_search_structures(session: AsyncSession) -> None:
     url = str(session.get_bind().engine.url)
     if url in _pg_index_ready:
         return
-    # The index only speeds searches up; the queries are correct without it.
-    await session.execute(
-        text(
-            f"CREATE INDEX IF NOT EXISTS ix_knowledge_chunks_tsv ON knowledge_chunks USING gin ({PG_VECTOR})"
-        )
-    )
+    # The index only speeds searches up; the queries are correct without it. Two first jobs racing to
+    # create it may clash on the catalog: the loser's savepoint is rolled back and the job goes on.
+    try:
+        async with session.begin_nested():
+            await session.execute(
+                text(
+                    "CREATE INDEX IF NOT EXISTS ix_knowledge_chunks_tsv "
+                    f"ON knowledge_chunks USING gin ({PG_VECTOR})"
+                )
+            )
+    except DBAPIError:
+        return
     _pg_index_ready.add(url)
 
 
