@@ -10,11 +10,15 @@ from fastapi.routing import APIRoute
 
 from parley.admin.router import router as admin_router
 from parley.api_keys.router import router as api_keys_router
+from parley.assets.router import router as assets_router
+from parley.assets.router import uploads_router
 from parley.audit.router import router as audit_router
 from parley.auth.router import router as me_router
 from parley.auth.service import KnownUsers
 from parley.auth.tokens import TokenVerifier
 from parley.config import Settings, prepare_settings
+from parley.datasets.router import router as datasets_router
+from parley.flows.router import router as flows_router
 from parley.kit.blobs import blob_store_from_settings
 from parley.kit.db import Database
 from parley.kit.errors import install_error_handlers
@@ -22,9 +26,14 @@ from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from parley.kit.ratelimit import SlidingWindowLimiter
 from parley.kit.responses import JSONBytesResponse
+from parley.knowledge.router import router as knowledge_router
+from parley.knowledge.service import MAX_DOCUMENT_BYTES
+from parley.llm.router import router as llm_router
 from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
+from parley.providers.router import router as providers_router
 from parley.system.router import router as system_router
+from parley.tools.router import router as tools_router
 
 DESCRIPTION = (
     "Parley's platform API: organizations, API keys, flows, tools, knowledge, sessions, calls and more. "
@@ -39,14 +48,14 @@ ROUTERS = (
     api_keys_router,
     audit_router,
     admin_router,
-    __import__("parley.flows.router", fromlist=["router"]).router,
-    __import__("parley.tools.router", fromlist=["router"]).router,
-    __import__("parley.knowledge.router", fromlist=["router"]).router,
-    __import__("parley.datasets.router", fromlist=["router"]).router,
-    __import__("parley.providers.router", fromlist=["router"]).router,
-    __import__("parley.assets.router", fromlist=["router"]).router,
-    __import__("parley.assets.router", fromlist=["uploads_router"]).uploads_router,
-    __import__("parley.llm.router", fromlist=["router"]).router,
+    flows_router,
+    tools_router,
+    knowledge_router,
+    datasets_router,
+    providers_router,
+    assets_router,
+    uploads_router,
+    llm_router,
 )
 
 
@@ -97,7 +106,12 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Uploads get their own, larger limits; the routes check their exact limits again.
+    upload_limits = {
+        "/api/assets": settings.asset_max_bytes + 64 * 1024,
+        "/api/knowledge/documents": MAX_DOCUMENT_BYTES + 64 * 1024,
+    }
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, per_path=upload_limits)
     app.add_middleware(RequestContextMiddleware)
     install_openapi(app, routers=ROUTERS, title=app.title, version="1.0.0", description=DESCRIPTION)
     return app

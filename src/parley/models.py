@@ -1,17 +1,34 @@
 """Every domain's tables, imported in one place for Alembic and the tests."""
 
 from parley.api_keys.models import ApiKey
+from parley.assets.models import Asset
 from parley.audit.models import AuditEvent
 from parley.auth.models import User
+from parley.datasets.models import Dataset, DatasetItem, DatasetTag
+from parley.flows.models import Flow, FlowVersion
 from parley.kit.db import Base
+from parley.knowledge.models import KnowledgeChunk, KnowledgeDocument
+from parley.llm.models import LLMUsage
 from parley.organizations.models import Membership, Organization
+from parley.providers.models import ProviderConfig
+from parley.tools.models import Tool
 
-import parley.flows.models  # noqa: F401
-import parley.tools.models  # noqa: F401
-import parley.datasets.models  # noqa: F401
-import parley.knowledge.models  # noqa: F401
-import parley.providers.models  # noqa: F401
-import parley.assets.models  # noqa: F401
-import parley.llm.models  # noqa: F401
-
-__all__ = ["ApiKey", "AuditEvent", "Base", "Membership", "Organization", "User"]
+__all__ = [
+    "ApiKey",
+    "Asset",
+    "AuditEvent",
+    "Base",
+    "Dataset",
+    "DatasetItem",
+    "DatasetTag",
+    "Flow",
+    "FlowVersion",
+    "KnowledgeChunk",
+    "KnowledgeDocument",
+    "LLMUsage",
+    "Membership",
+    "Organization",
+    "ProviderConfig",
+    "Tool",
+    "User",
+]

@@ -50,3 +50,15 @@ def test_sliding_window_limits_and_recovers() -> None:
 def test_zero_limit_disables() -> None:
     limiter = SlidingWindowLimiter(limit=0)
     assert all(limiter.hit("k").allowed for _ in range(1000))
+
+
+def test_body_limit_per_path_prefix() -> None:
+    from parley.kit.middleware import BodySizeLimitMiddleware
+
+    async def app(scope: object, receive: object, send: object) -> None:  # pragma: no cover - never called
+        return None
+
+    middleware = BodySizeLimitMiddleware(app, 100, per_path={"/api/assets": 1000, "/api/assets/big": 5000})
+    assert middleware.limit_for("/api/organizations") == 100
+    assert middleware.limit_for("/api/assets") == 1000
+    assert middleware.limit_for("/api/assets/big/x") == 5000

@@ -75,21 +75,31 @@ class RequestContextMiddleware:
 
 
 class BodySizeLimitMiddleware:
-    """Refuses bodies over ``max_bytes`` with 413, by Content-Length or while streaming."""
+    """Refuses bodies over the limit with 413, by Content-Length or while streaming.
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    ``per_path`` raises (or lowers) the limit for paths starting with a prefix, e.g. file uploads.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, per_path: dict[str, int] | None = None) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.default_max_bytes = max_bytes
+        self.per_path = sorted((per_path or {}).items(), key=lambda item: -len(item[0]))
+
+    def limit_for(self, path: str) -> int:
+        return next(
+            (limit for prefix, limit in self.per_path if path.startswith(prefix)), self.default_max_bytes
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        detail = f"The request body is larger than the limit of {self.max_bytes} bytes."
+        max_bytes = self.limit_for(scope["path"])
+        detail = f"The request body is larger than the limit of {max_bytes} bytes."
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None:
             try:
-                too_large = int(length) > self.max_bytes
+                too_large = int(length) > max_bytes
             except ValueError:
                 too_large = False
             if too_large:
@@ -105,7 +115,7 @@ class BodySizeLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > max_bytes:
                     raise _BodyTooLarge(413, detail)
             return message
 

@@ -5,9 +5,9 @@ common German and English stop words, matched with OR semantics (a chunk needs o
 and ranked by relevance: BM25 on SQLite, ``ts_rank`` on PostgreSQL. Words of four letters or more also
 match as prefixes, so "Lack" finds "Lackschaden" and "Garantie" finds "Garantiezeit".
 
-The search structures are created on first use (see the migration 0002b's docstring for why):
-SQLite: the FTS5 table ``knowledge_chunks_fts`` whose rowids are ``knowledge_chunks``' rowids;
-PostgreSQL: the GIN index ``ix_knowledge_chunks_tsv`` over the same expression the queries use.
+The search structures come from migration 0004: on SQLite the FTS5 table ``knowledge_chunks_fts``
+whose rowids are ``knowledge_chunks``' rowids; on PostgreSQL the GIN index ``ix_knowledge_chunks_tsv``
+over the same expression the queries use.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, text
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 FOLD_FROM = "ÀÁÂÃÄÅàáâãäåÈÉÊËèéêëÌÍÎÏìíîïÒÓÔÕÖØòóôõöøÙÚÛÜùúûüÝýÿÇçÑñ"
@@ -39,7 +38,6 @@ PREFIX_MIN = 4
 
 # The document-side expression; the GIN index and the queries must use exactly this text.
 PG_VECTOR = f"to_tsvector('simple', translate(text, '{FOLD_FROM}', '{FOLD_TO}'))"
-_pg_index_ready: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -63,37 +61,8 @@ def _dialect(session: AsyncSession) -> str:
     return session.get_bind().dialect.name
 
 
-async def ensure_search_structures(session: AsyncSession) -> None:
-    """Create the FTS5 table (SQLite) or the GIN index (PostgreSQL) when missing."""
-    if _dialect(session) == "sqlite":
-        await session.execute(
-            text(
-                "CREATE VIRTUAL TABLE IF NOT EXISTS knowledge_chunks_fts USING fts5("
-                "text, tokenize = 'unicode61 remove_diacritics 2')"
-            )
-        )
-        return
-    url = str(session.get_bind().engine.url)
-    if url in _pg_index_ready:
-        return
-    # The index only speeds searches up; the queries are correct without it. Two first jobs racing to
-    # create it may clash on the catalog: the loser's savepoint is rolled back and the job goes on.
-    try:
-        async with session.begin_nested():
-            await session.execute(
-                text(
-                    "CREATE INDEX IF NOT EXISTS ix_knowledge_chunks_tsv "
-                    f"ON knowledge_chunks USING gin ({PG_VECTOR})"
-                )
-            )
-    except DBAPIError:
-        return
-    _pg_index_ready.add(url)
-
-
 async def index_document(session: AsyncSession, document_id: str) -> None:
     """Add a document's (flushed) chunks to the full-text index."""
-    await ensure_search_structures(session)
     if _dialect(session) == "sqlite":
         await session.execute(
             text(
@@ -106,7 +75,7 @@ async def index_document(session: AsyncSession, document_id: str) -> None:
 
 async def unindex_document(session: AsyncSession, document_id: str) -> None:
     """Remove a document's chunks from the full-text index (before the chunks are deleted)."""
-    if _dialect(session) != "sqlite" or not await _sqlite_fts_exists(session):
+    if _dialect(session) != "sqlite":
         return
     await session.execute(
         text(
@@ -115,13 +84,6 @@ async def unindex_document(session: AsyncSession, document_id: str) -> None:
         ),
         {"document_id": document_id},
     )
-
-
-async def _sqlite_fts_exists(session: AsyncSession) -> bool:
-    found = await session.scalar(
-        text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'knowledge_chunks_fts'")
-    )
-    return found is not None
 
 
 def _fts5_query(terms: list[str]) -> str:
@@ -148,8 +110,6 @@ async def search_chunks(
         doc_filter = " AND c.document_id IN :document_ids"
         params["document_ids"] = list(document_ids)
     if _dialect(session) == "sqlite":
-        if not await _sqlite_fts_exists(session):
-            return []
         params["q"] = _fts5_query(terms)
         stmt = text(
             "SELECT c.id, c.document_id, d.title, c.text, -bm25(knowledge_chunks_fts) AS score "

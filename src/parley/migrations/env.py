@@ -24,11 +24,20 @@ def _render_item(type_: str, obj: Any, autogen_context: Any) -> str | Literal[Fa
     return False
 
 
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Search structures that live outside the models (see revision 0004) are not schema drift."""
+    return not (name or "").startswith(UNMODELLED_PREFIXES)
+
+
+UNMODELLED_PREFIXES = ("knowledge_chunks_fts", "ix_knowledge_chunks_tsv")
+
+
 def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
         render_item=_render_item,
+        include_name=include_name,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
     )

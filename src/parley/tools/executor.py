@@ -18,7 +18,7 @@ from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 import orjson
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession

@@ -5,9 +5,8 @@ Revises: 0001
 Create Date: 2026-11-24 09:00:00.000000
 
 The full-text structures (SQLite: an FTS5 table; PostgreSQL: a GIN index over
-``to_tsvector('simple', text)``) are created by the knowledge service on first use, not here: the
-model-to-schema comparison (tests/kit/test_migrations.py) would report them as strays. The downgrade
-drops them.
+``to_tsvector('simple', text)``) come from revision 0004; this downgrade also drops them in case an
+early database created them on first use.
 """
 
 from collections.abc import Sequence
