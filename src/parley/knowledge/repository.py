@@ -86,6 +86,19 @@ async def unindex_document(session: AsyncSession, document_id: str) -> None:
     )
 
 
+async def unindex_organization(session: AsyncSession, organization_id: str) -> None:
+    """Remove all of an organization's chunks from the full-text index (before they are deleted)."""
+    if _dialect(session) != "sqlite":
+        return
+    await session.execute(
+        text(
+            "DELETE FROM knowledge_chunks_fts WHERE rowid IN "
+            "(SELECT rowid FROM knowledge_chunks WHERE organization_id = :organization_id)"
+        ),
+        {"organization_id": organization_id},
+    )
+
+
 def _fts5_query(terms: list[str]) -> str:
     return " OR ".join(f'"{t}"*' if len(t) >= PREFIX_MIN else f'"{t}"' for t in terms)
 

@@ -97,11 +97,14 @@ async def update_organization(
 
 
 @router.delete("/{orgId}", summary="Delete Organization", response_model=DeletedOut)
-async def delete_organization(session: DbSession, context: PathOrg) -> DeletedOut:
-    """Delete an organization and everything it owns (owners only)."""
+async def delete_organization(request: Request, session: DbSession, context: PathOrg) -> DeletedOut:
+    """Delete an organization and everything it owns, stored files included (owners only).
+
+    Its audit events are kept.
+    """
     _need(context, Role.owner)
     org = await service.get_organization(session, context.organization_id)
-    await service.delete_organization(session, org)
+    await service.delete_organization(session, org, request.app.state.blobs)
     return DeletedOut(id=org.id)
 
 

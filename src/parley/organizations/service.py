@@ -5,16 +5,20 @@ from __future__ import annotations
 import re
 import unicodedata
 
+import structlog
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.models import User
 from parley.auth.principal import Principal
-from parley.kit.db import utcnow
+from parley.kit.blobs import BlobStore, BlobStoreError
+from parley.kit.db import Base, after_commit, utcnow
 from parley.kit.errors import Conflict, Forbidden, NotFound
 from parley.kit.ids import new_id
 from parley.organizations.models import Membership, Organization, Role
 from parley.organizations.schemas import MemberAdd, MemberOut, OrganizationCreate, OrganizationUpdate
+
+log = structlog.get_logger("parley.organizations")
 
 
 def slugify(name: str) -> str:
@@ -90,10 +94,36 @@ async def update_organization(
     return org
 
 
-async def delete_organization(session: AsyncSession, org: Organization) -> None:
-    await session.execute(delete(Membership).where(Membership.organization_id == org.id))
+# Kept after an organization is deleted: the audit trail of what happened in it.
+_RETAINED_TABLES = frozenset({"audit_events"})
+
+
+async def delete_organization(session: AsyncSession, org: Organization, blobs: BlobStore) -> None:
+    """Delete the organization with every row it owns; its stored files go once the delete commits."""
+    from parley.knowledge.repository import unindex_organization
+
+    tables = [
+        t for t in Base.metadata.sorted_tables if "organization_id" in t.c and t.name not in _RETAINED_TABLES
+    ]
+    blob_keys: list[str] = []
+    for table in tables:
+        if "blob_key" in table.c:
+            keys = await session.scalars(select(table.c.blob_key).where(table.c.organization_id == org.id))
+            blob_keys += [key for key in keys if key]
+    await unindex_organization(session, org.id)
+    for table in reversed(tables):  # children before the rows they reference
+        await session.execute(delete(table).where(table.c.organization_id == org.id))
     await session.delete(org)
     await session.flush()
+
+    async def remove_files() -> None:
+        for key in blob_keys:
+            try:
+                await blobs.delete(key)
+            except BlobStoreError:
+                log.warning("organization_blob_not_removed", organization_id=org.id)
+
+    after_commit(session, remove_files)
 
 
 async def list_members(session: AsyncSession, organization_id: str) -> list[MemberOut]:
