@@ -15,7 +15,8 @@ from pydantic import BaseModel, Field
 Channel = Literal["web", "phone", "whatsapp", "test"]
 Direction = Literal["inbound", "outbound"]
 Outcome = Literal["completed", "transferred", "abandoned", "failed"]
-Severity = Literal["info", "warning", "critical"]
+# The same scale as a flow's signal node (parley.flows.definition.SignalNode).
+Severity = Literal["info", "low", "medium", "high", "critical"]
 
 
 class TurnRecord(BaseModel):
