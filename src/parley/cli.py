@@ -12,13 +12,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from parley.config import ConfigError, Settings, prepare_settings
 from parley.connector.cli import app as connector_app
+
+if TYPE_CHECKING:
+    from parley.demo.seed import SeedResult
 
 app = typer.Typer(
     help="Parley: build, run and operate AI phone agents.",
@@ -32,6 +35,8 @@ token_app = typer.Typer(
 app.add_typer(db_app, name="db")
 app.add_typer(token_app, name="token")
 app.add_typer(connector_app, name="connector")
+demo_app = typer.Typer(help="The demo repair shop and its order-status agent.", no_args_is_help=True)
+app.add_typer(demo_app, name="demo")
 
 console = Console(stderr=True, soft_wrap=True)  # one sentence stays one line, for logs and scripts
 out = Console(soft_wrap=True)
@@ -121,11 +126,8 @@ def up(
     connector_setup.upgrade_database(connector_settings)
     with console.status("Preparing demo orders..."):
         orders = connector_setup.ensure_demo_orders(connector_settings, count=demo_orders)
-    key_file = settings.data_dir / "connector_key"
-    if not key_file.exists():
-        key_file.write_text(connector_setup.create_key(connector_settings, "local-demo") + "\n")
-        key_file.chmod(0o600)
-    connector_key = key_file.read_text().strip()
+    connector_key = _local_connector_key(settings)
+    demo = _seed(settings, LOCAL_ADMIN_SUBJECT, settings.connector_url, connector_key)
     token = mint_token(
         settings, subject=LOCAL_ADMIN_SUBJECT, name="Local admin", admin=True, ttl_seconds=30 * 24 * 3600
     )
@@ -137,6 +139,10 @@ def up(
     out.print(f"\n[bold green]Parley is running[/bold green] (data in {Path(settings.data_dir).resolve()})")
     out.print(f"  Platform API:    http://{host}:{port}   (OpenAPI docs at /docs)")
     out.print(f"  Order connector: http://{host}:{connector_port}   ({orders} orders)")
+    out.print(
+        f"  Demo organization {demo.organization_id}: order-status agent in German ({demo.flow_ids['de']}) "
+        f"and English ({demo.flow_ids['en']})"
+    )
     out.print("\n  Admin token (valid 30 days):")
     out.print(f"export TOKEN={token}", soft_wrap=True)
     out.print("  Connector key:")
@@ -154,6 +160,60 @@ def up(
             child.wait(timeout=10)
         except subprocess.TimeoutExpired:
             child.kill()
+
+
+def _seed(settings: Settings, owner: str, connector_url: str, connector_key: str) -> SeedResult:
+    import asyncio
+
+    from parley.demo.seed import run_seed
+
+    with _database_errors(settings):
+        return asyncio.run(
+            run_seed(settings, owner_subject=owner, connector_url=connector_url, connector_key=connector_key)
+        )
+
+
+@demo_app.command("seed")
+def demo_seed(
+    owner: Annotated[
+        str, typer.Option(help="Subject (user id) that owns the demo organization.")
+    ] = LOCAL_ADMIN_SUBJECT,
+    connector_url: Annotated[
+        str | None,
+        typer.Option(help="Order connector the order_lookup tool calls (default: PARLEY_CONNECTOR_URL)."),
+    ] = None,
+    connector_key: Annotated[
+        str | None,
+        typer.Option(help="Its X-API-Key (default: the local connector's demo key, created if needed)."),
+    ] = None,
+) -> None:
+    """Create or refresh the demo organization, its order_lookup tool and the published order-status agents.
+
+    Safe to run again: what exists is reused, what changed is updated.
+    """
+    settings = _settings()
+    _migrate(settings)
+    if connector_key is None:
+        connector_key = _local_connector_key(settings)
+    result = _seed(settings, owner, connector_url or settings.connector_url, connector_key)
+    out.print(f"organization {result.organization_id}")
+    out.print(f"tool {result.tool_id}")
+    for language, flow_id in result.flow_ids.items():
+        out.print(f"flow {language} {flow_id}")
+
+
+def _local_connector_key(settings: Settings) -> str:
+    """The embedded connector's demo key, kept in the data dir so every start prints the same one."""
+    from parley.connector import setup as connector_setup
+    from parley.connector.config import ConnectorSettings
+
+    key_file = settings.data_dir / "connector_key"
+    if not key_file.exists():
+        connector_settings = ConnectorSettings(data_dir=settings.data_dir)
+        connector_setup.upgrade_database(connector_settings)
+        key_file.write_text(connector_setup.create_key(connector_settings, "local-demo") + "\n")
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
 
 
 @app.command()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import date
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,9 +16,6 @@ from starlette.routing import Route
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.connector import setup
-from parley.connector.app import create_connector_app
-from parley.connector.config import ConnectorSettings
 from parley.kit.db import Database
 from tests.conftest import auth
 from tests.live import serve_in_thread
@@ -79,23 +74,6 @@ def stub_url() -> Iterator[str]:
     )
     with serve_in_thread(app) as url:
         yield url
-
-
-@pytest.fixture(scope="session")
-def connector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The real order connector over HTTP, with 20 demo orders and an API key."""
-    tmp: Path = tmp_path_factory.mktemp("tools-connector")
-    settings = ConnectorSettings(
-        data_dir=tmp,
-        database_url=f"sqlite+aiosqlite:///{tmp / 'connector.db'}",
-        rate_limit=0,
-        auth_failure_limit=0,
-    )
-    setup.upgrade_database(settings)
-    asyncio.run(setup.write_demo_orders(settings, 20, seed=7, reference=date(2025, 6, 2)))
-    key = setup.create_key(settings, "tools-tests")
-    with serve_in_thread(create_connector_app(settings)) as url:
-        yield {"url": url, "key": key}
 
 
 @pytest.fixture
