@@ -139,10 +139,8 @@ def up(
     out.print(f"\n[bold green]Parley is running[/bold green] (data in {Path(settings.data_dir).resolve()})")
     out.print(f"  Platform API:    http://{host}:{port}   (OpenAPI docs at /docs)")
     out.print(f"  Order connector: http://{host}:{connector_port}   ({orders} orders)")
-    out.print(
-        f"  Demo organization {demo.organization_id}: order-status agent in German ({demo.flow_ids['de']}) "
-        f"and English ({demo.flow_ids['en']})"
-    )
+    out.print(f"  Demo organization {demo.organization_id} with the order_lookup tool {demo.tool_id}")
+    out.print(f"  Order-status agent: German {demo.flow_ids['de']}, English {demo.flow_ids['en']}")
     out.print("\n  Admin token (valid 30 days):")
     out.print(f"export TOKEN={token}", soft_wrap=True)
     out.print("  Connector key:")
