@@ -4,6 +4,8 @@ from parley.api_keys.models import ApiKey
 from parley.assets.models import Asset
 from parley.audit.models import AuditEvent
 from parley.auth.models import User
+from parley.brain.models import BrainSignal
+from parley.calls.models import Call
 from parley.datasets.models import Dataset, DatasetItem, DatasetTag
 from parley.flows.models import Flow, FlowVersion
 from parley.kit.db import Base
@@ -18,6 +20,8 @@ __all__ = [
     "Asset",
     "AuditEvent",
     "Base",
+    "BrainSignal",
+    "Call",
     "Dataset",
     "DatasetItem",
     "DatasetTag",

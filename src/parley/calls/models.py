@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, Index, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from parley.kit.db import Base, OrgScopedMixin, TimestampMixin, UTCDateTime
+
+
+class Call(OrgScopedMixin, TimestampMixin, Base):
+    """One ended conversation: who, when, how it ended, what was said and done, and what it cost.
+
+    The id is a ULID taken from ``started_at``, so "newest first" by id is newest first by start.
+    Filter columns are real columns; the transcript, tool calls and metrics are JSON.
+    """
+
+    __tablename__ = "calls"
+    __table_args__ = (Index("ix_calls_organization_id_started_at", "organization_id", "started_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(80), nullable=False)
+    flow_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    flow_version: Mapped[int | None] = mapped_column(Integer)
+    channel: Mapped[str] = mapped_column(String(20), nullable=False)
+    direction: Mapped[str] = mapped_column(String(20), nullable=False)
+    caller: Mapped[str | None] = mapped_column(String(200))
+    callee: Mapped[str | None] = mapped_column(String(200))
+    language: Mapped[str | None] = mapped_column(String(20))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    ended_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    duration_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    outcome: Mapped[str] = mapped_column(String(20), nullable=False)
+    end_reason: Mapped[str | None] = mapped_column(String(500))
+    transferred_to: Mapped[str | None] = mapped_column(String(200))
+    transcript: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    tool_calls: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    turn_metrics: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    variables: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    turn_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    mean_voice_latency_ms: Mapped[float | None] = mapped_column(Float)
+    llm_prompt_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
+    llm_completion_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
+    tts_characters: Mapped[int] = mapped_column(Integer, nullable=False)
+    stt_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    has_signals: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    signal_types: Mapped[list[str]] = mapped_column(JSON, nullable=False)
+    recording_filename: Mapped[str | None] = mapped_column(String(200), unique=True)
+    # Where the recording's bytes live in blob storage (named blob_key so deleting the organization
+    # removes the file too).
+    blob_key: Mapped[str | None] = mapped_column(String(900))

@@ -1,0 +1,199 @@
+"""Built-in brain-signal rules, evaluated on every call record when it is stored.
+
+Each rule is a small function from the record to the findings it raises (usually zero or one); the
+``RULES`` registry lists them with their type and severity. docs/calls.md describes each one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from parley.calls.contracts import CallRecordIn, Severity, ToolCallRecord
+
+LONG_SILENCE_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rule:
+    type: str
+    severity: Severity
+    description: str
+    check: Callable[[CallRecordIn], list[Finding]]
+
+
+def _caller_turns(record: CallRecordIn) -> list[tuple[int, str]]:
+    return [(t.index, t.text) for t in record.transcript if t.speaker == "caller"]
+
+
+def normalize(text: str) -> str:
+    """Lower case, umlauts kept, punctuation dropped, whitespace collapsed."""
+    text = unicodedata.normalize("NFC", text).casefold()
+    text = re.sub(r"[^\w\s]", " ", text)
+    return " ".join(text.split())
+
+
+def _matches(record: CallRecordIn, pattern: re.Pattern[str]) -> list[dict[str, Any]]:
+    hits = []
+    for index, text in _caller_turns(record):
+        found = sorted({m.group(0) for m in pattern.finditer(normalize(text))})
+        if found:
+            hits.append({"turn_index": index, "matched": found})
+    return hits
+
+
+# --- order_not_found ---------------------------------------------------------------------------
+
+
+def _is_order_tool(call: ToolCallRecord) -> bool:
+    return "order" in call.tool_name.casefold() or "bestell" in call.tool_name.casefold()
+
+
+def _not_found_result(call: ToolCallRecord) -> bool:
+    if call.http_status == 404:
+        return True
+    result = call.result
+    if isinstance(result, dict):
+        if result.get("success") is False or result.get("found") is False:
+            return True
+        status = result.get("status")
+        if status == 404 or (isinstance(status, str) and status.casefold() in {"not_found", "notfound"}):
+            return True
+    return False
+
+
+def order_not_found(record: CallRecordIn) -> list[Finding]:
+    misses = [
+        {"tool_name": c.tool_name, "arguments": c.arguments, "http_status": c.http_status}
+        for c in record.tool_calls
+        if _is_order_tool(c) and c.status != "dry_run" and _not_found_result(c)
+    ]
+    return [Finding({"lookups": misses, "count": len(misses)})] if misses else []
+
+
+# --- tool_failure ------------------------------------------------------------------------------
+
+
+def tool_failure(record: CallRecordIn) -> list[Finding]:
+    failures = [
+        {
+            "tool_name": c.tool_name,
+            "tool_id": c.tool_id,
+            "status": c.status,
+            "http_status": c.http_status,
+            "error": c.error,
+            "latency_ms": c.latency_ms,
+        }
+        for c in record.tool_calls
+        if c.status in ("error", "timeout")
+    ]
+    return [Finding({"failures": failures, "count": len(failures)})] if failures else []
+
+
+# --- callback_requested ------------------------------------------------------------------------
+
+_CALLBACK = re.compile(
+    r"r[üu]ckruf\w*|zur[üu]ckruf\w*|ruf\w* \w*\s?mich \w*\s?zur[üu]ck|"
+    r"call me back|callback|call back|ring me back|give me a call"
+)
+
+
+def callback_requested(record: CallRecordIn) -> list[Finding]:
+    hits = _matches(record, _CALLBACK)
+    return [Finding({"turns": hits})] if hits else []
+
+
+# --- transfer_requested ------------------------------------------------------------------------
+
+_HUMAN = re.compile(
+    r"\b(?:mitarbeiter\w*|menschen?|echten person|person sprechen|sachbearbeiter\w*|kundenservice|"
+    r"kollegen?|verbinden sie mich|human|real person|a person|representative|operator|"
+    r"live agent|an agent|speak to someone|talk to someone)\b"
+)
+
+
+def transfer_requested(record: CallRecordIn) -> list[Finding]:
+    hits = _matches(record, _HUMAN)
+    if not hits and record.outcome != "transferred":
+        return []
+    details: dict[str, Any] = {"turns": hits, "outcome": record.outcome}
+    if record.transferred_to:
+        details["transferred_to"] = record.transferred_to
+    return [Finding(details)]
+
+
+# --- negative_sentiment ------------------------------------------------------------------------
+
+_NEGATIVE = re.compile(
+    r"\b(?:ärger\w*|verärgert|unzufrieden|frechheit|unverschämt\w*|katastroph\w*|enttäuscht|"
+    r"wütend|sauer|beschwer\w*|nervt|nervig|unmöglich|schrecklich|furchtbar|miserabel|"
+    r"angry|furious|frustrat\w*|terrible|awful|ridiculous|unacceptable|disappointed|useless|"
+    r"worst|annoyed|annoying|complain\w*|horrible|pathetic|outrageous)\b"
+)
+
+
+def negative_sentiment(record: CallRecordIn) -> list[Finding]:
+    hits = _matches(record, _NEGATIVE)
+    return [Finding({"turns": hits, "method": "keywords"})] if hits else []
+
+
+# --- long_silence ------------------------------------------------------------------------------
+
+
+def long_silence(record: CallRecordIn) -> list[Finding]:
+    turns = sorted(record.transcript, key=lambda t: t.index)
+    gaps = []
+    for before, after in itertools.pairwise(turns):
+        seconds = (after.at - before.at).total_seconds()
+        if seconds > LONG_SILENCE_SECONDS:
+            gaps.append({"after_turn_index": before.index, "seconds": round(seconds, 1)})
+    if not gaps:
+        return []
+    return [Finding({"gaps": gaps, "longest_seconds": max(g["seconds"] for g in gaps)})]
+
+
+# --- caller_repeats ----------------------------------------------------------------------------
+
+_FILLERS = frozenset(
+    {"ja", "nein", "yes", "no", "ok", "okay", "genau", "mhm", "hm", "danke", "thanks", "thank you", "bitte"}
+)
+
+
+def caller_repeats(record: CallRecordIn) -> list[Finding]:
+    seen: dict[str, list[int]] = {}
+    for index, text in _caller_turns(record):
+        key = normalize(text)
+        if len(key) < 3 or key in _FILLERS:
+            continue
+        seen.setdefault(key, []).append(index)
+    repeats = [{"text": text, "turn_indexes": idx} for text, idx in seen.items() if len(idx) >= 2]
+    return [Finding({"repeats": repeats})] if repeats else []
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("order_not_found", "medium", "An order lookup answered 404 or success: false.", order_not_found),
+    Rule("tool_failure", "high", "A tool call ended with status error or timeout.", tool_failure),
+    Rule("callback_requested", "medium", "The caller asked to be called back.", callback_requested),
+    Rule(
+        "transfer_requested",
+        "low",
+        "The caller asked for a person, or the call was transferred.",
+        transfer_requested,
+    ),
+    Rule("negative_sentiment", "medium", "The caller used angry or frustrated words.", negative_sentiment),
+    Rule("long_silence", "low", f"More than {LONG_SILENCE_SECONDS:.0f} s between two turns.", long_silence),
+    Rule("caller_repeats", "low", "The caller said the same thing twice or more.", caller_repeats),
+)
+
+
+def evaluate(record: CallRecordIn) -> list[tuple[Rule, Finding]]:
+    return [(rule, finding) for rule in RULES for finding in rule.check(record)]

@@ -1,0 +1,130 @@
+"""Call records: ``record_call`` stores what the runtime hands over, and the queries on them."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from pydantic_core import to_jsonable_python
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+from ulid import ULID
+
+from parley.brain.models import BrainSignal
+from parley.calls import rules
+from parley.calls.contracts import CallRecordIn
+from parley.calls.models import Call
+from parley.kit.ids import new_id
+
+log = structlog.get_logger("parley.calls")
+
+# Recording names are looked up in the calls table, never joined onto a path.
+RECORDING_FILENAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9_.-]{1,196}\.wav$")
+
+
+def _aware(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def recording_blob_key(organization_id: str, filename: str) -> str:
+    """Where the voice pipeline stores a call's recording (and where the download reads it)."""
+    return f"{organization_id}/recordings/{filename}"
+
+
+def mean_voice_latency(metrics: list[dict[str, Any]]) -> float | None:
+    values = [m["voice_to_voice_ms"] for m in metrics if m.get("voice_to_voice_ms") is not None]
+    return round(statistics.fmean(values), 1) if values else None
+
+
+async def _recording_filename(session: AsyncSession, record: CallRecordIn) -> str | None:
+    name = record.recording_filename
+    if name is None:
+        return None
+    if not RECORDING_FILENAME.fullmatch(name):
+        log.warning("call_recording_name_refused", session_id=record.session_id)
+        return None
+    if await session.scalar(select(Call.id).where(Call.recording_filename == name)) is not None:
+        log.warning("call_recording_name_taken", session_id=record.session_id)
+        return None
+    return name
+
+
+async def record_call(session: AsyncSession, record: CallRecordIn) -> Call:
+    """Store the ended conversation and its brain signals (the record's own and the built-in rules').
+
+    Runs inside the caller's transaction and only flushes. A recording name that is malformed or
+    already taken is left out (logged), never a reason to lose the call.
+    """
+    started, ended = _aware(record.started_at), _aware(record.ended_at)
+    organization_id = record.organization_id
+    metrics = [m.model_dump(mode="json") for m in record.turn_metrics]
+    filename = await _recording_filename(session, record)
+    findings = rules.evaluate(record)
+    signal_types = sorted({rule.type for rule, _ in findings} | {s.type for s in record.signals})
+    call = Call(
+        id=f"call_{ULID.from_datetime(started)}",
+        organization_id=organization_id,
+        session_id=record.session_id,
+        flow_id=record.flow_id,
+        flow_version=record.flow_version,
+        channel=record.channel,
+        direction=record.direction,
+        caller=record.caller,
+        callee=record.callee,
+        language=record.language,
+        started_at=started,
+        ended_at=ended,
+        duration_seconds=max(0.0, (ended - started).total_seconds()),
+        outcome=record.outcome,
+        end_reason=record.end_reason,
+        transferred_to=record.transferred_to,
+        transcript=[t.model_dump(mode="json") for t in sorted(record.transcript, key=lambda t: t.index)],
+        tool_calls=[c.model_dump(mode="json") for c in record.tool_calls],
+        turn_metrics=metrics,
+        variables=record.variables,
+        turn_count=len(record.transcript),
+        mean_voice_latency_ms=mean_voice_latency(metrics),
+        llm_prompt_tokens=record.usage.llm_prompt_tokens,
+        llm_completion_tokens=record.usage.llm_completion_tokens,
+        tts_characters=record.usage.tts_characters,
+        stt_seconds=record.usage.stt_seconds,
+        has_signals=bool(signal_types),
+        signal_types=signal_types,
+        recording_filename=filename,
+        blob_key=recording_blob_key(organization_id, filename) if filename else None,
+    )
+    session.add(call)
+    await session.flush()  # the signals reference the call
+
+    def signal(type_: str, severity: str, source: str, details: dict[str, Any], at: datetime) -> BrainSignal:
+        return BrainSignal(
+            id=new_id("sig"),
+            organization_id=organization_id,
+            call_id=call.id,
+            flow_id=record.flow_id,
+            type=type_,
+            severity=severity,
+            status="open",
+            source=source,
+            details=details,
+            occurred_at=at,
+        )
+
+    for raised in record.signals:
+        session.add(
+            signal(
+                raised.type,
+                raised.severity,
+                raised.source,
+                raised.model_dump(mode="json")["details"],
+                _aware(raised.at),
+            )
+        )
+    for rule, finding in findings:
+        session.add(signal(rule.type, rule.severity, "rule", to_jsonable_python(finding.details), ended))
+    await session.flush()
+    log.info("call_recorded", call_id=call.id, signals=len(findings) + len(record.signals))
+    return call
