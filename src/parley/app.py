@@ -16,6 +16,7 @@ from parley.audit.router import router as audit_router
 from parley.auth.router import router as me_router
 from parley.auth.service import KnownUsers
 from parley.auth.tokens import TokenVerifier
+from parley.calls.router import router as calls_router
 from parley.config import Settings, prepare_settings
 from parley.datasets.router import router as datasets_router
 from parley.flows.router import router as flows_router
@@ -29,6 +30,7 @@ from parley.kit.responses import JSONBytesResponse
 from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
 from parley.llm.router import router as llm_router
+from parley.monitoring.router import router as monitoring_router
 from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
 from parley.providers.router import router as providers_router
@@ -56,6 +58,8 @@ ROUTERS = (
     assets_router,
     uploads_router,
     llm_router,
+    calls_router,
+    monitoring_router,
 )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,11 +15,17 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 
+from parley.assets.service import parse_range
+from parley.auth.principal import OrgContext
 from parley.brain.models import BrainSignal
 from parley.calls import rules
-from parley.calls.contracts import CallRecordIn
+from parley.calls.contracts import CallRecordIn, ToolCallRecord, TurnMetrics, TurnRecord, UsageRecord
 from parley.calls.models import Call
+from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut
+from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
+from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.ids import new_id
+from parley.kit.tenancy import get_owned, scoped
 
 log = structlog.get_logger("parley.calls")
 
@@ -128,3 +136,91 @@ async def record_call(session: AsyncSession, record: CallRecordIn) -> Call:
     await session.flush()
     log.info("call_recorded", call_id=call.id, signals=len(findings) + len(record.signals))
     return call
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def recording_url(call: Call) -> str | None:
+    return f"/api/calls/recording-file/{call.recording_filename}" if call.recording_filename else None
+
+
+def to_summary(call: Call) -> CallSummaryOut:
+    return CallSummaryOut.model_validate(call)
+
+
+async def get_call(session: AsyncSession, context: OrgContext, call_id: str) -> Call:
+    return await get_owned(session, Call, call_id, context.organization_id, "Call")
+
+
+async def to_full(session: AsyncSession, call: Call) -> CallOut:
+    signals = await session.scalars(
+        scoped(BrainSignal, call.organization_id)
+        .where(BrainSignal.call_id == call.id)
+        .order_by(BrainSignal.id)
+    )
+    return CallOut(
+        **CallSummaryOut.model_validate(call).model_dump(),
+        session_id=call.session_id,
+        callee=call.callee,
+        language=call.language,
+        end_reason=call.end_reason,
+        transferred_to=call.transferred_to,
+        transcript=[TurnRecord.model_validate(t) for t in call.transcript],
+        tool_calls=[ToolCallRecord.model_validate(t) for t in call.tool_calls],
+        turn_metrics=[TurnMetrics.model_validate(m) for m in call.turn_metrics],
+        usage=UsageRecord(
+            llm_prompt_tokens=call.llm_prompt_tokens,
+            llm_completion_tokens=call.llm_completion_tokens,
+            tts_characters=call.tts_characters,
+            stt_seconds=call.stt_seconds,
+        ),
+        variables=call.variables,
+        signals=[CallSignalOut.model_validate(s) for s in signals],
+        recording_url=recording_url(call),
+        created_at=call.created_at,
+    )
+
+
+@dataclass(frozen=True)
+class Recording:
+    chunks: AsyncIterator[bytes]
+    status: int
+    headers: dict[str, str]
+
+
+async def open_recording(
+    session: AsyncSession, blobs: BlobStore, context: OrgContext, filename: str, range_header: str | None
+) -> Recording:
+    """The recording named ``filename`` of one of the organization's calls; the name is only ever a
+    lookup key in the calls table, never part of a path."""
+    missing = NotFound(f"No recording named {filename!r} exists in this organization.")
+    if not RECORDING_FILENAME.fullmatch(filename):
+        raise missing
+    call = await session.scalar(
+        scoped(Call, context.organization_id).where(Call.recording_filename == filename)
+    )
+    if call is None or call.blob_key is None:
+        raise missing
+    try:
+        size = await blobs.size(call.blob_key)
+    except BlobNotFound as exc:
+        log.warning("call_recording_missing", call_id=call.id)
+        raise missing from exc
+    except BlobStoreError as exc:
+        raise ServiceUnavailable("The file storage is unavailable; try again later.") from exc
+    headers = {
+        "Content-Disposition": f'attachment; filename="{filename}"',
+        "X-Content-Type-Options": "nosniff",
+        "Accept-Ranges": "bytes",
+        "Cache-Control": "private, max-age=0, must-revalidate",
+        "Content-Security-Policy": "default-src 'none'; sandbox",
+    }
+    selected = parse_range(range_header, size)
+    if selected is None:
+        headers["Content-Length"] = str(size)
+        return Recording(blobs.stream(call.blob_key), 200, headers)
+    start, end = selected
+    headers["Content-Length"] = str(end - start + 1)
+    headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    return Recording(blobs.stream(call.blob_key, start, end), 206, headers)

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import StreamingResponse
+
+from parley.auth.dependencies import OrgReader
+from parley.calls import service
+from parley.calls.filters import CallFilter
+from parley.calls.models import Call
+from parley.calls.schemas import CallOut, CallSummaryOut
+from parley.kit.blobs import BlobStore
+from parley.kit.db import DbSession
+from parley.kit.errors import ErrorBody, documented
+from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.tenancy import scoped
+
+router = APIRouter(prefix="/api/calls", tags=["Calls"])
+
+CallId = Annotated[str, Path(alias="callId", max_length=40, description="Call id (call_...).")]
+Filename = Annotated[
+    str, Path(max_length=300, description="The recording's file name, as shown on the call (`....wav`).")
+]
+
+_WAV = {"audio/wav": {"schema": {"type": "string", "format": "binary"}}}
+_RECORDING_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"description": "The whole recording (WAV), as an attachment.", "content": _WAV},
+    206: {"description": "The requested byte range (`Range: bytes=start-end`).", "content": _WAV},
+    416: {"model": ErrorBody, "description": "The byte range starts past the end of the file."},
+    **documented(503),
+}
+
+
+@router.get("", summary="List Calls", response_model=Page[CallSummaryOut])
+async def list_calls(
+    session: DbSession, context: OrgReader, page: Pagination, filters: CallFilter
+) -> Page[CallSummaryOut]:
+    """The organization's call records, newest first (by start time)."""
+    stmt = filters.apply(scoped(Call, context.organization_id), context.organization_id)
+    rows, cursor = await paginate(session, stmt, Call.id, page)
+    return Page[CallSummaryOut](items=[service.to_summary(c) for c in rows], next_cursor=cursor)
+
+
+@router.get(
+    "/recording-file/{filename}",
+    summary="Get Call Recording File",
+    response_class=StreamingResponse,
+    response_model=None,
+    responses=_RECORDING_RESPONSES,
+)
+async def get_call_recording_file(
+    request: Request, session: DbSession, context: OrgReader, filename: Filename
+) -> StreamingResponse:
+    """Download a call's recording (`audio/wav`, attachment). Supports single byte ranges. Names are
+    looked up among the organization's calls; any other name is 404."""
+    blobs: BlobStore = request.app.state.blobs
+    recording = await service.open_recording(session, blobs, context, filename, request.headers.get("range"))
+    return StreamingResponse(
+        recording.chunks, status_code=recording.status, media_type="audio/wav", headers=recording.headers
+    )
+
+
+@router.get("/{callId}", summary="Get Call", response_model=CallOut)
+async def get_call(session: DbSession, context: OrgReader, call_id: CallId) -> CallOut:
+    """The full call record: transcript with timestamps, tool calls, latency metrics, usage, signals."""
+    return await service.to_full(session, await service.get_call(session, context, call_id))

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from parley.calls.contracts import (
+    Channel,
+    Direction,
+    Outcome,
+    ToolCallRecord,
+    TurnMetrics,
+    TurnRecord,
+    UsageRecord,
+)
+
+
+class CallSummaryOut(BaseModel):
+    """One call in a list: who, when, how long, how it ended and what it signalled."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str = Field(examples=["call_01JD5Z8W3K2Q4V6N8R0T2X4Z6B"])
+    flow_id: str | None
+    flow_version: int | None
+    channel: Channel
+    direction: Direction
+    caller: str | None
+    started_at: datetime
+    ended_at: datetime
+    duration_seconds: float
+    outcome: Outcome
+    signal_types: list[str] = Field(description="Types of the brain signals this call raised.")
+    turn_count: int
+    mean_voice_latency_ms: float | None = Field(
+        description="Mean voice-to-voice latency; null for text calls."
+    )
+    recording_filename: str | None
+
+
+class CallSignalOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    type: str
+    severity: str
+    status: str
+
+
+class CallOut(CallSummaryOut):
+    """The full call record."""
+
+    session_id: str
+    callee: str | None
+    language: str | None
+    end_reason: str | None
+    transferred_to: str | None
+    transcript: list[TurnRecord]
+    tool_calls: list[ToolCallRecord]
+    turn_metrics: list[TurnMetrics]
+    usage: UsageRecord
+    variables: dict[str, Any]
+    signals: list[CallSignalOut]
+    recording_url: str | None = Field(description="Where to download the recording, when there is one.")
+    created_at: datetime

@@ -1,0 +1,1 @@
+"""Monitoring: the call history with typed filters."""
