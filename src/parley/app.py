@@ -16,6 +16,7 @@ from parley.audit.router import router as audit_router
 from parley.auth.router import router as me_router
 from parley.auth.service import KnownUsers
 from parley.auth.tokens import TokenVerifier
+from parley.brain.router import router as brain_router
 from parley.calls.router import router as calls_router
 from parley.config import Settings, prepare_settings
 from parley.datasets.router import router as datasets_router
@@ -60,6 +61,7 @@ ROUTERS = (
     llm_router,
     calls_router,
     monitoring_router,
+    brain_router,
 )
 
 
