@@ -16,6 +16,7 @@ from parley.audit.router import router as audit_router
 from parley.auth.router import router as me_router
 from parley.auth.service import KnownUsers
 from parley.auth.tokens import TokenVerifier
+from parley.billing.router import router as billing_router
 from parley.brain.router import router as brain_router
 from parley.calls.router import router as calls_router
 from parley.config import Settings, prepare_settings
@@ -35,6 +36,7 @@ from parley.monitoring.router import router as monitoring_router
 from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
 from parley.providers.router import router as providers_router
+from parley.reporting.router import router as reporting_router
 from parley.system.router import router as system_router
 from parley.tools.router import router as tools_router
 
@@ -62,6 +64,8 @@ ROUTERS = (
     calls_router,
     monitoring_router,
     brain_router,
+    billing_router,
+    reporting_router,
 )
 
 

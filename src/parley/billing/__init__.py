@@ -1,0 +1,1 @@
+"""Usage per period: calls, minutes, tokens, TTS characters, STT seconds."""

@@ -1,0 +1,1 @@
+"""Reports over call records: per-day summaries as JSON or CSV."""
