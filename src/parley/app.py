@@ -37,6 +37,10 @@ from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
 from parley.providers.router import router as providers_router
 from parley.reporting.router import router as reporting_router
+from parley.sessions.router import monitoring_router as live_sessions_router
+from parley.sessions.router import router as sessions_router
+from parley.sessions.router import voice_router as session_voice_router
+from parley.sessions.tasks import IdleSweeper
 from parley.system.router import router as system_router
 from parley.tools.router import router as tools_router
 
@@ -61,6 +65,9 @@ ROUTERS = (
     assets_router,
     uploads_router,
     llm_router,
+    sessions_router,
+    session_voice_router,
+    live_sessions_router,
     calls_router,
     monitoring_router,
     brain_router,
@@ -91,9 +98,13 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         app.state.jobs = JobRunner(JobContext(db=app.state.db, state=app.state))
         app.state.jobs.start()
         await app.state.jobs.recover()
+        # Live sessions nobody writes to end after PARLEY_SESSION_IDLE_SECONDS (with their call record).
+        app.state.session_sweeper = IdleSweeper(app.state.db, settings.session_idle_seconds)
+        app.state.session_sweeper.start()
         try:
             yield
         finally:
+            await app.state.session_sweeper.stop()
             await app.state.jobs.stop()
             if owned:
                 await app.state.db.dispose()

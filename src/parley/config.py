@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     s3_access_key_id: str | None = None
     s3_secret_access_key: SecretStr | None = None
     asset_max_bytes: int = Field(default=25 * 1024 * 1024, ge=1024, description="Largest asset upload.")
+    session_idle_seconds: float = Field(
+        default=300.0, gt=0, description="A live session without a message this long ends (abandoned)."
+    )
 
     @field_validator("admin_subjects", "outbound_allowlist", mode="before")
     @classmethod

@@ -13,6 +13,7 @@ from parley.knowledge.models import KnowledgeChunk, KnowledgeDocument
 from parley.llm.models import LLMUsage
 from parley.organizations.models import Membership, Organization
 from parley.providers.models import ProviderConfig
+from parley.sessions.models import ConversationSession
 from parley.tools.models import Tool
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "Base",
     "BrainSignal",
     "Call",
+    "ConversationSession",
     "Dataset",
     "DatasetItem",
     "DatasetTag",

@@ -1,0 +1,1 @@
+"""The conversation runtime: the flow engine and its ports (tools, knowledge, LLM)."""

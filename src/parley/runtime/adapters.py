@@ -1,0 +1,119 @@
+"""The engine's ports on top of the platform: ``execute_tool``, knowledge search and the LLM client."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy import or_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.auth.principal import OrgContext
+from parley.config import Settings
+from parley.kit.errors import ParleyError
+from parley.kit.tenancy import scoped
+from parley.knowledge import service as knowledge_service
+from parley.llm import service as llm_service
+from parley.llm.models import LLMUsage
+from parley.runtime.ports import LlmError, LlmReply, LlmToolCall, ToolOutcome, ToolSpec
+from parley.tools.executor import InvalidArguments, execute_tool, parameters_of
+from parley.tools.models import Tool
+
+# A tool call may not hold a conversation longer than this, whatever the tool's own timeout says.
+TOOL_DEADLINE_SECONDS = 30.0
+
+
+class PlatformTools:
+    """Runs the organization's tools (by name or id) through ``execute_tool``."""
+
+    def __init__(self, session: AsyncSession, settings: Settings, organization_id: str) -> None:
+        self.session = session
+        self.settings = settings
+        self.organization_id = organization_id
+        self._cache: dict[str, Tool | None] = {}
+
+    async def _find(self, ref: str) -> Tool | None:
+        if ref not in self._cache:
+            self._cache[ref] = await self.session.scalar(
+                scoped(Tool, self.organization_id).where(or_(Tool.id == ref, Tool.name == ref)).limit(1)
+            )
+        return self._cache[ref]
+
+    async def call(self, ref: str, arguments: dict[str, Any]) -> ToolOutcome:
+        tool = await self._find(ref)
+        if tool is None:
+            return ToolOutcome(
+                None, ref, "error", error=f"The tool {ref!r} does not exist in this organization."
+            )
+        try:
+            result = await asyncio.wait_for(
+                execute_tool(self.session, self.settings, tool, arguments), TOOL_DEADLINE_SECONDS
+            )
+        except InvalidArguments as exc:
+            return ToolOutcome(tool.id, tool.name, "error", error=f"Invalid arguments: {exc}")
+        except TimeoutError:
+            return ToolOutcome(tool.id, tool.name, "timeout", error="The tool did not answer in time.")
+        return ToolOutcome(
+            tool.id,
+            tool.name,
+            result.status,
+            latency_ms=result.latency_ms,
+            http_status=result.http_status,
+            result=result.result,
+            error=result.error,
+        )
+
+    async def describe(self, refs: list[str]) -> list[ToolSpec]:
+        specs = []
+        for ref in refs:
+            tool = await self._find(ref)
+            if tool is not None:
+                specs.append(ToolSpec(ref, tool.name, tool.description or tool.name, parameters_of(tool)))
+        return specs
+
+
+class PlatformKnowledge:
+    def __init__(self, session: AsyncSession, organization_id: str) -> None:
+        self.session = session
+        self.organization_id = organization_id
+
+    async def search(self, query: str, top_k: int, document_ids: list[str] | None) -> list[dict[str, Any]]:
+        hits = await knowledge_service.search(self.session, self.organization_id, query, top_k, document_ids)
+        return [h.model_dump() for h in hits]
+
+
+class PlatformLlm:
+    """The organization's OpenAI-compatible provider; its token usage becomes ``LLMUsage`` rows."""
+
+    def __init__(self, session: AsyncSession, settings: Settings, context: OrgContext) -> None:
+        self.session = session
+        self.settings = settings
+        self.context = context
+        self._provider: llm_service.ResolvedProvider | None = None
+        self.usage_rows: list[LLMUsage] = []
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LlmReply:
+        try:
+            if self._provider is None:
+                self._provider = await llm_service.resolve_provider(
+                    self.session, self.settings, self.context, "openai"
+                )
+            provider = self._provider
+            client, http = llm_service.client_for(self.settings, provider)
+            payload: dict[str, Any] = {"model": provider.model, "messages": messages}
+            if tools:
+                payload["tools"] = tools
+            async with http:
+                completion = await client.complete(payload)
+        except ParleyError as exc:
+            raise LlmError(exc.detail) from exc
+        self.usage_rows.append(
+            llm_service.usage_row(self.context, provider.key, completion.model, completion.usage, "session")
+        )
+        return LlmReply(
+            content=completion.content,
+            tool_calls=[LlmToolCall(c.id, c.name, c.arguments) for c in completion.tool_calls],
+            prompt_tokens=completion.usage.prompt_tokens,
+            completion_tokens=completion.usage.completion_tokens,
+            model=completion.model,
+        )

@@ -1,0 +1,622 @@
+"""The flow engine: walks a flow definition turn by turn over a :class:`ConversationState`.
+
+A turn starts with the session (``start``) or with a caller message (``handle``) and runs node after
+node until the flow waits for the caller (a ``collect`` or ``llm`` node) or ends. Tools, knowledge
+search and the LLM come in through ports, so the engine itself is fast and testable.
+
+The agent never goes silent and never dies: a failing tool or LLM makes it say the fallback line and
+follow the failure path; a turn that runs more than ``MAX_STEPS_PER_TURN`` nodes (a loop) ends the
+conversation with the fallback line and outcome ``failed``; templates with unknown variables render
+as empty text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from parley.calls.contracts import Outcome, SignalRecord, ToolCallRecord, TurnMetrics, TurnRecord
+from parley.flows.definition import (
+    BranchNode,
+    CollectNode,
+    EndNode,
+    FlowDefinition,
+    KnowledgeNode,
+    LlmNode,
+    SayNode,
+    SetNode,
+    SignalNode,
+    ToolNode,
+    TransferNode,
+    assigned_variables,
+)
+from parley.flows.expressions import ExpressionError, evaluate
+from parley.flows.templates import TemplateRenderError, render_template
+from parley.runtime.ports import KnowledgePort, LlmError, LlmPort, LlmReply, ToolOutcome, ToolPort
+from parley.runtime.state import ConversationState, LlmNodeState
+from parley.runtime.validators import parse_answer
+
+MAX_STEPS_PER_TURN = 100
+MAX_TOOL_ROUNDS = 3
+LLM_HISTORY_MESSAGES = 20
+LLM_HISTORY_CHARS = 12_000
+TOOL_RESULT_CHARS = 4_000
+
+DEFAULT_FALLBACK = {
+    "de": "Entschuldigung, das hat gerade nicht geklappt.",
+    "en": "Sorry, that did not work just now.",
+}
+
+EventType = Literal["say", "tool_call", "signal", "transfer", "end"]
+
+
+@dataclass
+class AgentEvent:
+    type: EventType
+    node_id: str | None = None
+    text: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TurnResult:
+    events: list[AgentEvent] = field(default_factory=list)
+    engine_ms: float = 0.0
+    tool_ms: float = 0.0
+    llm_ms: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return " ".join(e.text for e in self.events if e.type == "say" and e.text)
+
+
+class _Wait:
+    pass
+
+
+WAIT = _Wait()
+Step = str | None | _Wait  # the next node id; None ends the conversation; WAIT waits for the caller
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class _Turn:
+    result: TurnResult
+    pending_user: str | None = None
+
+
+class FlowEngine:
+    def __init__(
+        self,
+        definition: FlowDefinition,
+        *,
+        tools: ToolPort,
+        knowledge: KnowledgePort | None = None,
+        llm: LlmPort | None = None,
+    ) -> None:
+        self.definition = definition
+        self.nodes = {node.id: node for node in definition.nodes}
+        self.tools = tools
+        self.knowledge = knowledge
+        self.llm = llm
+
+    # --- setting up ----------------------------------------------------------------------------
+
+    def new_state(
+        self,
+        *,
+        session_id: str,
+        channel: str,
+        caller: str | None = None,
+        callee: str | None = None,
+        variables: dict[str, Any] | None = None,
+    ) -> ConversationState:
+        values: dict[str, Any] = {}
+        for node in self.definition.nodes:
+            for name in assigned_variables(node):
+                values[name] = None
+        values.update(self.definition.variables)
+        values.update(
+            caller_number=caller,
+            called_number=callee,
+            session_id=session_id,
+            channel=channel,
+            language=self.definition.language,
+            last_user_message="",
+        )
+        values.update(variables or {})
+        return ConversationState(current_node=self.definition.start_node, variables=values)
+
+    @property
+    def language(self) -> str:
+        return self.definition.language
+
+    def fallback_text(self, state: ConversationState) -> str:
+        configured = state.variables.get("fallback") or self.definition.variables.get("fallback")
+        if isinstance(configured, str) and configured.strip():
+            return self._render(configured, state)
+        language = str(state.variables.get("language") or self.definition.language)[:2]
+        return DEFAULT_FALLBACK.get(language, DEFAULT_FALLBACK["en"])
+
+    # --- turns ---------------------------------------------------------------------------------
+
+    async def start(self, state: ConversationState) -> TurnResult:
+        """Run the opening turn: from the start node until the flow first waits or ends."""
+        turn = _Turn(TurnResult())
+        started = time.perf_counter()
+        await self._run(state, turn)
+        return self._finish(state, turn, started)
+
+    async def handle(self, state: ConversationState, text: str) -> TurnResult:
+        """Take the caller's message and run until the flow waits again or ends."""
+        turn = _Turn(TurnResult())
+        started = time.perf_counter()
+        if state.status != "active":
+            return turn.result
+        state.transcript.append(
+            TurnRecord(
+                index=len(state.transcript),
+                speaker="caller",
+                text=text,
+                at=_now(),
+                node_id=state.current_node,
+            )
+        )
+        state.variables["last_user_message"] = text
+        node = self.nodes.get(state.current_node or "")
+        if state.waiting and isinstance(node, CollectNode):
+            state.waiting = False
+            step = self._answer_collect(node, state, turn, text)
+            if isinstance(step, _Wait):
+                state.waiting = True
+            else:
+                self._move(state, turn, step)
+        elif state.waiting and isinstance(node, LlmNode):
+            state.waiting = False
+            turn.pending_user = text
+        else:
+            turn.pending_user = text
+        if state.status == "active" and not state.waiting:
+            await self._run(state, turn)
+        return self._finish(state, turn, started)
+
+    def end(self, state: ConversationState, outcome: Outcome, reason: str) -> None:
+        """End the conversation from outside (the caller hung up, an idle timeout...)."""
+        if state.status == "active":
+            state.status = "ended"
+            state.outcome = outcome
+            state.end_reason = reason
+            state.waiting = False
+
+    def _finish(self, state: ConversationState, turn: _Turn, started: float) -> TurnResult:
+        result = turn.result
+        total = (time.perf_counter() - started) * 1000
+        result.engine_ms = round(max(total - result.tool_ms - result.llm_ms, 0.0), 3)
+        said = [e for e in result.events if e.type == "say" and e.text]
+        for event in said:
+            state.transcript.append(
+                TurnRecord(
+                    index=len(state.transcript),
+                    speaker="agent",
+                    text=event.text or "",
+                    at=_now(),
+                    node_id=event.node_id,
+                    engine_ms=result.engine_ms if event is said[-1] else None,
+                )
+            )
+        if said or result.events:
+            state.metrics.append(
+                TurnMetrics(
+                    turn_index=len(state.metrics),
+                    engine_ms=result.engine_ms,
+                    tool_ms=round(result.tool_ms, 3) if result.tool_ms else None,
+                    llm_total_ms=round(result.llm_ms, 3) if result.llm_ms else None,
+                )
+            )
+        return result
+
+    async def _run(self, state: ConversationState, turn: _Turn) -> None:
+        steps = 0
+        while state.status == "active":
+            steps += 1
+            node = self.nodes.get(state.current_node or "")
+            if steps > MAX_STEPS_PER_TURN or node is None:
+                reason = "step_budget_exceeded" if node is not None else "unknown_node"
+                self._runtime_signal(state, reason, {"node": state.current_node})
+                self._say(turn, state, self.fallback_text(state), state.current_node)
+                self._finish_conversation(state, turn, "failed", reason)
+                return
+            step = await self._step(node, state, turn)
+            if isinstance(step, _Wait):
+                state.waiting = True
+                return
+            self._move(state, turn, step)
+
+    def _move(self, state: ConversationState, turn: _Turn, target: str | None) -> None:
+        if state.status != "active":
+            return
+        if target is None:
+            self._finish_conversation(state, turn, "completed", "flow_completed")
+            return
+        if state.llm is not None and state.llm.node_id != target:
+            state.llm = None
+        state.current_node = target
+
+    def _finish_conversation(
+        self, state: ConversationState, turn: _Turn, outcome: Outcome, reason: str
+    ) -> None:
+        if state.status != "active":
+            return
+        state.status = "ended"
+        state.outcome = outcome
+        state.end_reason = reason
+        state.waiting = False
+        turn.result.events.append(
+            AgentEvent("end", state.current_node, data={"outcome": outcome, "reason": reason})
+        )
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _context(self, state: ConversationState) -> dict[str, Any]:
+        now = _now()
+        return {**state.variables, "now": now.isoformat(timespec="seconds"), "today": now.date().isoformat()}
+
+    def _render(self, text: str, state: ConversationState, extra: dict[str, Any] | None = None) -> str:
+        if not text:
+            return ""
+        try:
+            return render_template(text, {**self._context(state), **(extra or {})}).strip()
+        except TemplateRenderError as exc:
+            self._runtime_signal(state, "template_error", {"error": str(exc)[:300]})
+            return ""
+
+    def _render_value(self, value: Any, state: ConversationState) -> Any:
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("{{") and stripped.endswith("}}") and stripped.count("{{") == 1:
+                name = stripped[2:-2].strip()
+                if name.isidentifier() and name in state.variables:
+                    return state.variables[name]
+            return self._render(value, state)
+        if isinstance(value, dict):
+            return {k: self._render_value(v, state) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._render_value(v, state) for v in value]
+        return value
+
+    def _say(self, turn: _Turn, state: ConversationState, text: str, node_id: str | None) -> None:
+        if text:
+            turn.result.events.append(AgentEvent("say", node_id, text=text))
+
+    def _runtime_signal(self, state: ConversationState, kind: str, details: dict[str, Any]) -> None:
+        state.signals.append(
+            SignalRecord(type=kind[:60], severity="medium", details=details, at=_now(), source="runtime")
+        )
+
+    # --- nodes ---------------------------------------------------------------------------------
+
+    async def _step(self, node: Any, state: ConversationState, turn: _Turn) -> Step:
+        if isinstance(node, SayNode):
+            self._say(turn, state, self._render(node.text, state), node.id)
+            return node.next
+        if isinstance(node, CollectNode):
+            state.retries[node.id] = 0
+            self._say(turn, state, self._render(node.prompt, state), node.id)
+            return WAIT
+        if isinstance(node, ToolNode):
+            return await self._tool_node(node, state, turn)
+        if isinstance(node, BranchNode):
+            return self._branch(node, state)
+        if isinstance(node, LlmNode):
+            return await self._llm_node(node, state, turn)
+        if isinstance(node, KnowledgeNode):
+            return await self._knowledge_node(node, state, turn)
+        if isinstance(node, TransferNode):
+            self._say(turn, state, self._render(node.message, state), node.id)
+            state.transferred_to = node.phone_number
+            turn.result.events.append(AgentEvent("transfer", node.id, data={"to": node.phone_number}))
+            self._finish_conversation(state, turn, "transferred", "transferred")
+            return None
+        if isinstance(node, SetNode):
+            return self._set(node, state, turn)
+        if isinstance(node, SignalNode):
+            details = {k: self._render_value(v, state) for k, v in node.details.items()}
+            state.signals.append(
+                SignalRecord(
+                    type=node.signal_type,
+                    severity=node.severity,
+                    details={**details, "node": node.id},
+                    at=_now(),
+                    source="flow",
+                )
+            )
+            turn.result.events.append(AgentEvent("signal", node.id, data={"type": node.signal_type}))
+            return node.next
+        if isinstance(node, EndNode):
+            self._say(turn, state, self._render(node.text, state), node.id)
+            self._finish_conversation(state, turn, "completed", "flow_completed")
+            return None
+        raise AssertionError(f"unknown node type {type(node).__name__}")  # pragma: no cover
+
+    def _answer_collect(self, node: CollectNode, state: ConversationState, turn: _Turn, text: str) -> Step:
+        value = parse_answer(text, node)
+        if value is not None:
+            state.variables[node.variable] = value
+            state.retries.pop(node.id, None)
+            return node.next
+        retries = state.retries.get(node.id, 0) + 1
+        state.retries[node.id] = retries
+        if retries <= node.max_retries:
+            self._say(turn, state, self._render(node.reprompt or node.prompt, state), node.id)
+            return WAIT
+        state.retries.pop(node.id, None)
+        if node.on_failure:
+            return node.on_failure
+        self._say(turn, state, self.fallback_text(state), node.id)
+        self._finish_conversation(state, turn, "failed", "collect_failed")
+        return None
+
+    def _branch(self, node: BranchNode, state: ConversationState) -> Step:
+        context = self._context(state)
+        for condition in node.conditions:
+            try:
+                if evaluate(condition.when, context):
+                    return condition.next
+            except ExpressionError as exc:
+                self._runtime_signal(
+                    state,
+                    "expression_error",
+                    {"node": node.id, "expression": condition.when, "error": str(exc)},
+                )
+        return node.default
+
+    def _set(self, node: SetNode, state: ConversationState, turn: _Turn) -> Step:
+        for name, expression in node.assignments.items():
+            try:
+                state.variables[name] = evaluate(expression, self._context(state))
+            except ExpressionError as exc:
+                self._runtime_signal(
+                    state, "expression_error", {"node": node.id, "expression": expression, "error": str(exc)}
+                )
+                state.variables[name] = None
+        return node.next
+
+    async def _call_tool(
+        self, ref: str, arguments: dict[str, Any], node_id: str, state: ConversationState, turn: _Turn
+    ) -> ToolOutcome:
+        started = time.perf_counter()
+        outcome = await self.tools.call(ref, arguments)
+        turn.result.tool_ms += (time.perf_counter() - started) * 1000
+        state.tool_calls.append(
+            ToolCallRecord(
+                tool_id=outcome.tool_id,
+                tool_name=outcome.tool_name,
+                node_id=node_id,
+                arguments=arguments,
+                status=outcome.status,
+                http_status=outcome.http_status,
+                latency_ms=outcome.latency_ms,
+                result=outcome.result,
+                error=outcome.error,
+                at=_now(),
+            )
+        )
+        turn.result.events.append(
+            AgentEvent(
+                "tool_call",
+                node_id,
+                data={
+                    "tool": outcome.tool_name,
+                    "status": outcome.status,
+                    "http_status": outcome.http_status,
+                },
+            )
+        )
+        return outcome
+
+    async def _tool_node(self, node: ToolNode, state: ConversationState, turn: _Turn) -> Step:
+        arguments = {k: self._render_value(v, state) for k, v in node.arguments.items()}
+        outcome = await self._call_tool(node.tool, arguments, node.id, state, turn)
+        if outcome.status in ("ok", "dry_run"):
+            if node.result_variable:
+                state.variables[node.result_variable] = outcome.result
+            return node.next
+        if node.result_variable:
+            state.variables[node.result_variable] = {
+                "success": False,
+                "status": outcome.status,
+                "error": outcome.error,
+            }
+        self._say(turn, state, self.fallback_text(state), node.id)
+        return node.on_error or node.next
+
+    async def _knowledge_node(self, node: KnowledgeNode, state: ConversationState, turn: _Turn) -> Step:
+        query = self._render(node.query, state) or str(state.variables.get("last_user_message") or "")
+        hits: list[dict[str, Any]] = []
+        if self.knowledge is not None and query.strip():
+            started = time.perf_counter()
+            try:
+                hits = await self.knowledge.search(query[:1000], node.top_k, node.document_ids)
+            finally:
+                turn.result.tool_ms += (time.perf_counter() - started) * 1000
+        answer = hits[0]["text"] if hits else ""
+        if hits and self.llm is not None:
+            sources = "\n\n".join(f"[{i + 1}] {h['text'][:1500]}" for i, h in enumerate(hits))
+            messages = [
+                {
+                    "role": "system",
+                    "content": "Answer the caller's question briefly, only from these sources, in the "
+                    f"language '{state.variables.get('language') or self.language}'. If they do not "
+                    f"contain the answer, say so.\n\n{sources}",
+                },
+                {"role": "user", "content": query},
+            ]
+            try:
+                reply = await self._complete(messages, [], state, turn)
+                answer = (reply.content or "").strip() or answer
+            except LlmError as exc:
+                self._runtime_signal(state, "llm_failure", {"node": node.id, "error": str(exc)[:300]})
+        text = self._render(node.answer, state, {"hits": hits, "knowledge_answer": answer})
+        if not text and not hits:
+            text = self.fallback_text(state)
+        if node.result_variable:
+            state.variables[node.result_variable] = {"answer": answer, "hits": hits}
+        self._say(turn, state, text, node.id)
+        return node.next
+
+    # --- llm -----------------------------------------------------------------------------------
+
+    async def _complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        state: ConversationState,
+        turn: _Turn,
+    ) -> LlmReply:
+        if self.llm is None:
+            raise LlmError("No LLM provider is configured for this organization.")
+        started = time.perf_counter()
+        try:
+            reply = await self.llm.complete(messages, tools)
+        finally:
+            turn.result.llm_ms += (time.perf_counter() - started) * 1000
+        state.usage.llm_prompt_tokens += reply.prompt_tokens
+        state.usage.llm_completion_tokens += reply.completion_tokens
+        return reply
+
+    @staticmethod
+    def _bounded(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        kept: list[dict[str, Any]] = []
+        size = 0
+        for message in reversed(messages[-LLM_HISTORY_MESSAGES:]):
+            size += len(str(message.get("content") or ""))
+            if kept and size > LLM_HISTORY_CHARS:
+                break
+            kept.append(message)
+        kept.reverse()
+        while kept and kept[0].get("role") == "assistant":
+            kept.pop(0)
+        return kept
+
+    async def _llm_node(self, node: LlmNode, state: ConversationState, turn: _Turn) -> Step:
+        if state.llm is None or state.llm.node_id != node.id:
+            state.llm = LlmNodeState(node_id=node.id)
+        user = turn.pending_user
+        if user is None:
+            return WAIT
+        turn.pending_user = None
+        memory = state.llm
+        memory.messages.append({"role": "user", "content": user[:4000]})
+        memory.messages = self._bounded(memory.messages)
+        system = "\n\n".join(
+            part
+            for part in (self._render(self.definition.prompt, state), self._render(node.system_prompt, state))
+            if part
+        )
+        specs = await self.tools.describe(node.tools) if node.tools else []
+        by_name = {spec.name: spec for spec in specs}
+        functions = [
+            {
+                "type": "function",
+                "function": {"name": s.name, "description": s.description, "parameters": s.parameters},
+            }
+            for s in specs
+        ]
+        transitions = {t.name: t for t in node.transitions}
+        functions += [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description or f"Continue the conversation at '{t.next}'.",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+            for t in node.transitions
+            if t.name not in by_name
+        ]
+        working = ([{"role": "system", "content": system}] if system else []) + list(memory.messages)
+        seen: dict[str, str] = {}
+        offer = functions
+        try:
+            for round_index in range(MAX_TOOL_ROUNDS + 1):
+                last_round = round_index == MAX_TOOL_ROUNDS
+                reply = await self._complete(working, [] if last_round else offer, state, turn)
+                if not reply.tool_calls:
+                    text = (reply.content or "").strip()
+                    memory.messages.append({"role": "assistant", "content": text})
+                    self._say(turn, state, text, node.id)
+                    memory.turns += 1
+                    if memory.turns >= node.max_turns and node.next:
+                        return node.next
+                    return WAIT
+                for call in reply.tool_calls:
+                    if call.name in transitions:
+                        if reply.content:
+                            self._say(turn, state, reply.content.strip(), node.id)
+                        return transitions[call.name].next
+                working.append(
+                    {
+                        "role": "assistant",
+                        "content": reply.content,
+                        "tool_calls": [
+                            {
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments},
+                            }
+                            for c in reply.tool_calls
+                        ],
+                    }
+                )
+                repeated = False
+                for call in reply.tool_calls:
+                    key = f"{call.name}:{call.arguments}"
+                    if key in seen:
+                        repeated = True
+                        content = seen[key]
+                    else:
+                        content = await self._llm_tool(call.name, call.arguments, by_name, node, state, turn)
+                        seen[key] = content
+                    working.append({"role": "tool", "tool_call_id": call.id, "content": content})
+                if repeated:
+                    offer = []
+        except LlmError as exc:
+            self._runtime_signal(state, "llm_failure", {"node": node.id, "error": str(exc)[:300]})
+            self._say(turn, state, self.fallback_text(state), node.id)
+            if node.next:
+                return node.next
+            self._finish_conversation(state, turn, "failed", "llm_failure")
+            return None
+        return WAIT  # pragma: no cover - the last round offers no tools, so it always answers
+
+    async def _llm_tool(
+        self,
+        name: str,
+        raw_arguments: str,
+        specs: dict[str, Any],
+        node: LlmNode,
+        state: ConversationState,
+        turn: _Turn,
+    ) -> str:
+        spec = specs.get(name)
+        if spec is None:
+            return json.dumps({"error": f"There is no tool named {name!r}."})
+        try:
+            arguments = json.loads(raw_arguments or "{}")
+        except ValueError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            return json.dumps({"error": "The arguments must be a JSON object."})
+        outcome = await self._call_tool(spec.ref, arguments, node.id, state, turn)
+        if outcome.status in ("ok", "dry_run"):
+            payload: Any = outcome.result
+        else:
+            payload = {"error": outcome.error or outcome.status}
+        return json.dumps(payload, ensure_ascii=False, default=str)[:TOOL_RESULT_CHARS]

@@ -1,0 +1,74 @@
+"""What the engine needs from the outside world, as small interfaces (ports).
+
+The engine never touches the database or the network itself: tools, knowledge search and the LLM are
+handed in. :mod:`parley.runtime.adapters` implements them on top of ``execute_tool``, knowledge search
+and the OpenAI-compatible client; tests and the benchmark may hand in their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+
+@dataclass
+class ToolOutcome:
+    tool_id: str | None
+    tool_name: str
+    status: Literal["ok", "error", "timeout", "dry_run"]
+    latency_ms: float = 0.0
+    http_status: int | None = None
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass
+class ToolSpec:
+    """A tool as offered to an LLM: a function name, a description and JSON-Schema parameters."""
+
+    ref: str
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolPort(Protocol):
+    async def call(self, ref: str, arguments: dict[str, Any]) -> ToolOutcome:
+        """Run the tool named (or with the id) ``ref``; failures are outcomes, never exceptions."""
+        ...
+
+    async def describe(self, refs: list[str]) -> list[ToolSpec]:
+        """The tools among ``refs`` that exist, as function specs for an LLM."""
+        ...
+
+
+class KnowledgePort(Protocol):
+    async def search(self, query: str, top_k: int, document_ids: list[str] | None) -> list[dict[str, Any]]:
+        """Hits as ``{"document_id", "document_title", "text", "score"}``, best first."""
+        ...
+
+
+@dataclass
+class LlmToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class LlmReply:
+    content: str | None
+    tool_calls: list[LlmToolCall] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model: str = ""
+
+
+class LlmError(Exception):
+    """The LLM could not answer (not configured, upstream error, timeout); the message is safe."""
+
+
+class LlmPort(Protocol):
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LlmReply:
+        """One chat completion; raise :class:`LlmError` when it fails."""
+        ...

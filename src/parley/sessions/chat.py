@@ -1,0 +1,108 @@
+"""``parley chat``: talk to an agent in the terminal, through the platform's HTTP API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.markup import escape
+
+
+class ChatError(Exception):
+    """A problem worth one clear line on the terminal (exit code 1)."""
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = None
+    if isinstance(detail, list):
+        detail = "; ".join(str(d.get("msg", d)) for d in detail if isinstance(d, dict))
+    return f"{response.status_code}: {detail or response.reason_phrase}"
+
+
+def _find_flow(client: httpx.Client, flow: str | None) -> dict[str, Any]:
+    if flow and flow.startswith("flow_"):
+        response = client.get(f"/api/flows/{flow}")
+        if response.status_code != 200:
+            raise ChatError(f"Flow {flow!r} cannot be opened ({_detail(response)}).")
+        return dict(response.json())
+    params: dict[str, Any] = {"limit": 200}
+    if flow:
+        params["q"] = flow
+    response = client.get("/api/flows", params=params)
+    if response.status_code != 200:
+        raise ChatError(f"The flows cannot be listed ({_detail(response)}).")
+    items = [f for f in response.json()["items"] if not flow or f["name"].lower() == flow.lower()]
+    if not items:
+        raise ChatError(f"No flow named {flow!r}." if flow else "This organization has no flows yet.")
+    published = [f for f in items if f.get("status") == "published"]
+    return dict((published or items)[0])
+
+
+def _show(console: Console, turn: dict[str, Any]) -> None:
+    for event in turn.get("events", []):
+        kind = event.get("type")
+        if kind == "say" and event.get("text"):
+            console.print(f"[bold cyan]agent ›[/] {escape(event['text'])}")
+        elif kind == "tool_call":
+            data = event.get("data") or {}
+            console.print(f"[dim]  ⚙ {escape(str(data.get('tool')))} → {escape(str(data.get('status')))}[/]")
+        elif kind == "transfer":
+            console.print(f"[yellow]  ↪ transfer to {escape(str((event.get('data') or {}).get('to')))}[/]")
+
+
+def run_chat(
+    *,
+    url: str,
+    token: str,
+    flow: str | None,
+    org: str | None,
+    language: str | None,
+    channel: str,
+    console: Console,
+    read_line: Any = input,
+) -> int:
+    headers = {"Authorization": f"Bearer {token}"}
+    if org:
+        headers["X-Organization-Id"] = org
+    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=120.0) as client:
+        try:
+            chosen = _find_flow(client, flow)
+        except httpx.HTTPError as exc:
+            raise ChatError(f"The platform at {url} cannot be reached ({type(exc).__name__}).") from exc
+        body: dict[str, Any] = {"flow_id": chosen["id"], "channel": channel}
+        if language:
+            body["variables"] = {"language": language}
+        if chosen.get("status") != "published":
+            body["channel"] = "test"
+        created = client.post("/api/sessions", json=body)
+        if created.status_code != 200:
+            raise ChatError(f"The session cannot be started ({_detail(created)}).")
+        turn = created.json()
+        session_id = turn["id"]
+        console.print(f"[dim]Talking to {escape(chosen['name'])} ({session_id}); Ctrl-D ends.[/]")
+        _show(console, turn)
+        while turn["status"] == "active":
+            try:
+                text = read_line("you › ").strip()
+            except (EOFError, KeyboardInterrupt):
+                ended = client.post(f"/api/sessions/{session_id}/end")
+                console.print()
+                if ended.status_code == 200:
+                    turn = ended.json()
+                break
+            if not text:
+                continue
+            response = client.post(f"/api/sessions/{session_id}/messages", json={"text": text[:4000]})
+            if response.status_code != 200:
+                console.print(f"[red]{escape(_detail(response))}[/]")
+                if response.status_code in (404, 409):
+                    break
+                continue
+            turn = response.json()
+            _show(console, turn)
+        console.print(f"[dim]Session ended: {turn.get('outcome') or turn.get('status')}.[/]")
+    return 0

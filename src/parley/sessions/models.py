@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from parley.kit.db import Base, OrgScopedMixin, TimestampMixin, UTCDateTime, utcnow
+
+
+class ConversationSession(OrgScopedMixin, TimestampMixin, Base):
+    """One live (or ended) conversation. ``state`` is the engine's JSON state, so any process can continue it.
+
+    ``version`` grows with every write and is checked on update (optimistic locking), so two processes
+    cannot interleave turns of one session.
+    """
+
+    __tablename__ = "conversation_sessions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    flow_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    flow_version: Mapped[int | None] = mapped_column(Integer)
+    channel: Mapped[str] = mapped_column(String(20), nullable=False)
+    voiced: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    status: Mapped[str] = mapped_column(String(20), nullable=False, index=True)
+    outcome: Mapped[str | None] = mapped_column(String(20))
+    end_reason: Mapped[str | None] = mapped_column(String(60))
+    caller: Mapped[str | None] = mapped_column(String(40))
+    callee: Mapped[str | None] = mapped_column(String(40))
+    language: Mapped[str | None] = mapped_column(String(10))
+    state: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, nullable=False)
+    last_activity_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), default=utcnow, nullable=False, index=True
+    )
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_by: Mapped[str | None] = mapped_column(String(40))
+
+    __mapper_args__ = {"version_id_col": version}

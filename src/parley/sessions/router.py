@@ -1,0 +1,175 @@
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.responses import Response
+
+from parley.audit.service import describe
+from parley.auth.dependencies import OrgReader, OrgWriter
+from parley.kit.body import ParsedBody
+from parley.kit.db import DbSession
+from parley.kit.errors import documented
+from parley.kit.pagination import Page, Pagination, paginate
+from parley.runtime.engine import TurnResult
+from parley.sessions import locks, service
+from parley.sessions.models import ConversationSession
+from parley.sessions.schemas import (
+    LiveSessionOut,
+    MessageIn,
+    SessionCreate,
+    SessionOut,
+    SessionTurnOut,
+    VoiceIn,
+)
+
+router = APIRouter(prefix="/api/sessions", tags=["Sessions"])
+voice_router = APIRouter(prefix="/api/sessions", tags=["Monitoring"])
+monitoring_router = APIRouter(prefix="/api/monitoring", tags=["Monitoring"])
+
+SessionId = Annotated[str, Path(alias="sessionId", max_length=40, description="Session id (ses_...).")]
+
+STREAM_DOC = (
+    "With `Accept: text/event-stream` or `?stream=true` the answer is a stream of server-sent events: "
+    "one per agent event (`say` with the text, `tool_call`, `signal`, `transfer`, `end`), then `done` "
+    "with the session's status."
+)
+
+
+async def _serialized(session_id: SessionId) -> AsyncIterator[None]:
+    # Declared before the database session, so it is released only after the turn has committed.
+    async with locks.hold(session_id):
+        yield
+
+
+SessionTurnLock = Annotated[None, Depends(_serialized, scope="function")]
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
+
+
+def _wants_stream(request: Request, stream: bool) -> bool:
+    return stream or "text/event-stream" in request.headers.get("accept", "")
+
+
+def _stream(row: ConversationSession, result: TurnResult) -> StreamingResponse:
+    out = service.to_turn_out(row, result)
+
+    async def body() -> AsyncIterator[bytes]:
+        for event in out.events:
+            yield _sse(event.type, event.model_dump(mode="json"))
+        yield _sse(
+            "done",
+            {
+                "session_id": out.id,
+                "status": out.status,
+                "outcome": out.outcome,
+                "waiting": out.waiting,
+                "reply": out.reply,
+            },
+        )
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+
+@router.post("", summary="Create Session", response_model=SessionTurnOut, responses=documented(404, 409))
+async def create_session(
+    request: Request,
+    session: DbSession,
+    context: OrgWriter,
+    data: Annotated[SessionCreate, ParsedBody(SessionCreate)],
+) -> SessionTurnOut:
+    """Start a conversation with a flow's latest published version (or `version`; the `test` channel
+    may run the draft). Answers the session with the agent's opening turn(s).
+
+    404 for an unknown flow or version, 409 when the flow has no published version yet.
+    """
+    row, result = await service.create_session(session, request.app.state.settings, context, data)
+    describe(request, "session", row.id, flow_id=row.flow_id, channel=row.channel)
+    return service.to_turn_out(row, result)
+
+
+@router.get("/{sessionId}", summary="Get Session", response_model=SessionOut)
+async def get_session(session: DbSession, context: OrgReader, session_id: SessionId) -> SessionOut:
+    """The session: status, where the flow stands, its variables and the transcript so far."""
+    return service.to_out(await service.get_session(session, context.organization_id, session_id))
+
+
+@router.post(
+    "/{sessionId}/messages",
+    summary="Send Session Message",
+    response_model=SessionTurnOut,
+    responses={
+        200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": STREAM_DOC},
+        **documented(409),
+    },
+)
+async def send_session_message(
+    _lock: SessionTurnLock,
+    request: Request,
+    session: DbSession,
+    context: OrgWriter,
+    session_id: SessionId,
+    data: Annotated[MessageIn, ParsedBody(MessageIn)],
+    stream: Annotated[bool, Query(description="Answer as server-sent events.")] = False,
+) -> Response | SessionTurnOut:
+    """Send the caller's message (at most 4000 characters); answers the agent's reply turn(s).
+
+    Messages to one session are handled one after another, in the order they arrive. 409 when the
+    session has ended.
+    """
+    row, result = await service.send_message(
+        session, request.app.state.settings, context, session_id, data.text
+    )
+    describe(request, "session", row.id)
+    if _wants_stream(request, stream):
+        return _stream(row, result)
+    return service.to_turn_out(row, result)
+
+
+@router.post("/{sessionId}/end", summary="End Session", response_model=SessionOut, responses=documented(409))
+async def end_session(
+    _lock: SessionTurnLock, request: Request, session: DbSession, context: OrgWriter, session_id: SessionId
+) -> SessionOut:
+    """End a live session now (outcome completed); its call record is written. 409 when already ended."""
+    row = await service.end_session(session, context.organization_id, session_id, reason="ended_by_client")
+    describe(request, "session", row.id)
+    return service.to_out(row)
+
+
+@voice_router.post(
+    "/{sessionId}/voice",
+    summary="create_session_voice",
+    response_model=SessionOut,
+    responses=documented(409),
+)
+async def create_session_voice(
+    _lock: SessionTurnLock,
+    request: Request,
+    session: DbSession,
+    context: OrgWriter,
+    session_id: SessionId,
+    data: Annotated[VoiceIn, ParsedBody(VoiceIn)],
+) -> SessionOut:
+    """Switch spoken output on or off for a live session; answers the session's state.
+
+    404 for an unknown session, 409 when it has already ended.
+    """
+    row = await service.set_voiced(session, context.organization_id, session_id, data.voiced)
+    describe(request, "session", row.id, voiced=data.voiced)
+    return service.to_out(row)
+
+
+@monitoring_router.get("/sessions/live", summary="List Live Sessions", response_model=Page[LiveSessionOut])
+async def list_live_sessions(
+    session: DbSession, context: OrgReader, page: Pagination
+) -> Page[LiveSessionOut]:
+    """The organization's sessions that have not ended yet, newest first."""
+    rows, cursor = await paginate(
+        session, service.live_query(context.organization_id), ConversationSession.id, page
+    )
+    return Page[LiveSessionOut](items=[service.to_live(r) for r in rows], next_cursor=cursor)

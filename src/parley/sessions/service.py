@@ -1,0 +1,375 @@
+"""Sessions: run the flow engine over a stored conversation, one turn per request.
+
+State lives in ``conversation_sessions`` (JSON), so any process can continue a session. Turns of one
+session are serialized by an in-process lock (see :mod:`parley.sessions.locks`) and, across
+processes, by a row lock on PostgreSQL and the optimistic ``version`` check on every write. When a
+session ends (the flow ends, ``/end``, the idle sweeper, a failure) its call record is written in the
+same transaction via ``parley.calls.service.record_call``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+from sqlalchemy import Select, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.exc import StaleDataError
+
+from parley.auth.principal import OrgContext
+from parley.calls.contracts import CallRecordIn
+from parley.calls.service import record_call
+from parley.config import Settings
+from parley.flows.definition import FlowDefinition
+from parley.flows.models import Flow, FlowVersion
+from parley.kit.db import Database, utcnow
+from parley.kit.errors import Conflict, NotFound
+from parley.kit.ids import new_id
+from parley.kit.tenancy import get_owned, scoped
+from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
+from parley.runtime.engine import FlowEngine, TurnResult
+from parley.runtime.state import ConversationState
+from parley.sessions import locks
+from parley.sessions.models import ConversationSession
+from parley.sessions.schemas import (
+    AgentEventOut,
+    LiveSessionOut,
+    SessionCreate,
+    SessionOut,
+    SessionTurnOut,
+    TurnOut,
+)
+
+log = structlog.get_logger("parley.sessions")
+
+# Published versions never change, so their parsed definitions are kept (bounded) per process.
+_DEFINITIONS: OrderedDict[tuple[str, int], FlowDefinition] = OrderedDict()
+_DEFINITION_CACHE_SIZE = 256
+
+
+class SessionEnded(Conflict):
+    code = "session_ended"
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+def _parse(raw: dict[str, Any], what: str) -> FlowDefinition:
+    try:
+        return FlowDefinition.model_validate(raw)
+    except ValidationError as exc:
+        raise Conflict(f"The {what} is not a valid flow definition; fix and publish it again.") from exc
+
+
+async def _published(
+    session: AsyncSession, organization_id: str, flow_id: str, number: int
+) -> FlowDefinition:
+    key = (flow_id, number)
+    cached = _DEFINITIONS.get(key)
+    if cached is not None:
+        _DEFINITIONS.move_to_end(key)
+        return cached
+    row = await session.scalar(
+        scoped(FlowVersion, organization_id).where(
+            FlowVersion.flow_id == flow_id, FlowVersion.version == number
+        )
+    )
+    if row is None:
+        raise NotFound(f"Version {number} of flow {flow_id!r} was not found.")
+    definition = _parse(row.definition, f"published version {number}")
+    _DEFINITIONS[key] = definition
+    if len(_DEFINITIONS) > _DEFINITION_CACHE_SIZE:
+        _DEFINITIONS.popitem(last=False)
+    return definition
+
+
+async def _definition_of(session: AsyncSession, row: ConversationSession) -> FlowDefinition:
+    if row.flow_id is None:
+        raise NotFound("The session's flow no longer exists.")
+    if row.flow_version is not None:
+        return await _published(session, row.organization_id, row.flow_id, row.flow_version)
+    flow = await get_owned(session, Flow, row.flow_id, row.organization_id, "Flow")
+    return _parse(flow.definition, "flow's draft")
+
+
+def _engine(
+    session: AsyncSession, settings: Settings, context: OrgContext | None, definition: FlowDefinition
+) -> tuple[FlowEngine, PlatformLlm | None]:
+    organization_id = context.organization_id if context else ""
+    llm = PlatformLlm(session, settings, context) if context is not None else None
+    engine = FlowEngine(
+        definition,
+        tools=PlatformTools(session, settings, organization_id),
+        knowledge=PlatformKnowledge(session, organization_id),
+        llm=llm,
+    )
+    return engine, llm
+
+
+async def get_session(
+    session: AsyncSession, organization_id: str, session_id: str, *, lock: bool = False
+) -> ConversationSession:
+    stmt = scoped(ConversationSession, organization_id).where(ConversationSession.id == session_id)
+    if lock:
+        stmt = stmt.with_for_update()
+    row = await session.scalar(stmt)
+    if row is None:
+        raise NotFound(f"Session {session_id!r} was not found in this organization.")
+    return row
+
+
+def _state(row: ConversationSession) -> ConversationState:
+    return ConversationState.from_json(row.state)
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+async def _save(
+    session: AsyncSession, row: ConversationSession, state: ConversationState, llm: PlatformLlm | None
+) -> None:
+    now = utcnow()
+    row.state = state.to_json()
+    row.last_activity_at = now
+    row.language = str(state.variables.get("language") or row.language or "")[:10] or None
+    if llm is not None:
+        session.add_all(llm.usage_rows)
+        llm.usage_rows = []
+    if state.status == "ended" and row.status != "ended":
+        row.status = "ended"
+        row.outcome = state.outcome
+        row.end_reason = (state.end_reason or "")[:60] or None
+        row.ended_at = now
+        await record_call(session, call_record(row, state))
+    try:
+        await session.flush()
+    except StaleDataError as exc:
+        raise Conflict("The session was changed by another request at the same time; send it again.") from exc
+
+
+def call_record(row: ConversationSession, state: ConversationState) -> CallRecordIn:
+    ended = row.ended_at or utcnow()
+    return CallRecordIn(
+        organization_id=row.organization_id,
+        session_id=row.id,
+        flow_id=row.flow_id,
+        flow_version=row.flow_version,
+        channel=row.channel,
+        caller=row.caller,
+        callee=row.callee,
+        language=row.language,
+        started_at=row.started_at,
+        ended_at=ended,
+        outcome=state.outcome or "completed",
+        end_reason=state.end_reason,
+        transcript=state.transcript,
+        tool_calls=state.tool_calls,
+        turn_metrics=state.metrics,
+        usage=state.usage,
+        signals=state.signals,
+        variables=state.variables,
+        transferred_to=state.transferred_to,
+    )
+
+
+async def create_session(
+    session: AsyncSession, settings: Settings, context: OrgContext, data: SessionCreate
+) -> tuple[ConversationSession, TurnResult]:
+    flow = await get_owned(session, Flow, data.flow_id, context.organization_id, "Flow")
+    version: int | None
+    if data.draft and data.channel != "test":
+        raise Conflict("Only sessions on the test channel may run a flow's draft.")
+    if data.version is not None:
+        version = data.version
+        definition = await _published(session, context.organization_id, flow.id, version)
+    elif data.channel == "test" and (data.draft or flow.latest_version is None):
+        version = None
+        definition = _parse(flow.definition, "flow's draft")
+    elif flow.latest_version is None:
+        raise Conflict(
+            f"Flow {flow.id!r} has no published version yet; publish it first "
+            "(POST /api/flows/{flowId}/publish) or use channel 'test' to try the draft."
+        )
+    else:
+        version = flow.latest_version
+        definition = await _published(session, context.organization_id, flow.id, version)
+
+    session_id = new_id("ses")
+    engine, llm = _engine(session, settings, context, definition)
+    state = engine.new_state(
+        session_id=session_id,
+        channel=data.channel,
+        caller=data.caller,
+        callee=data.callee,
+        variables=data.variables,
+    )
+    now = utcnow()
+    row = ConversationSession(
+        id=session_id,
+        organization_id=context.organization_id,
+        flow_id=flow.id,
+        flow_version=version,
+        channel=data.channel,
+        voiced=data.voiced,
+        status="active",
+        caller=data.caller,
+        callee=data.callee,
+        language=str(state.variables.get("language") or definition.language)[:10],
+        state=state.to_json(),
+        started_at=now,
+        last_activity_at=now,
+        created_by=context.principal.id,
+    )
+    session.add(row)
+    result = await engine.start(state)
+    await _save(session, row, state, llm)
+    return row, result
+
+
+async def send_message(
+    session: AsyncSession, settings: Settings, context: OrgContext, session_id: str, text: str
+) -> tuple[ConversationSession, TurnResult]:
+    row = await get_session(session, context.organization_id, session_id, lock=True)
+    if row.status != "active":
+        raise SessionEnded(
+            f"Session {session_id!r} has ended ({row.end_reason or row.outcome}); start a new one."
+        )
+    state = _state(row)
+    try:
+        definition = await _definition_of(session, row)
+    except (NotFound, Conflict) as exc:
+        # The flow was deleted or broken mid-conversation: end it cleanly instead of failing forever.
+        state.status, state.outcome, state.end_reason = "ended", "failed", "flow_unavailable"
+        await _save(session, row, state, None)
+        log.warning("session_flow_unavailable", session_id=row.id, reason=exc.detail)
+        return row, TurnResult()
+    engine, llm = _engine(session, settings, context, definition)
+    result = await engine.handle(state, text)
+    await _save(session, row, state, llm)
+    return row, result
+
+
+async def end_session(
+    session: AsyncSession, organization_id: str, session_id: str, *, outcome: str = "completed", reason: str
+) -> ConversationSession:
+    row = await get_session(session, organization_id, session_id, lock=True)
+    if row.status != "active":
+        raise SessionEnded(f"Session {session_id!r} has already ended.")
+    state = _state(row)
+    state.status, state.outcome, state.end_reason, state.waiting = "ended", outcome, reason, False  # type: ignore[assignment]
+    await _save(session, row, state, None)
+    return row
+
+
+async def set_voiced(
+    session: AsyncSession, organization_id: str, session_id: str, voiced: bool
+) -> ConversationSession:
+    row = await get_session(session, organization_id, session_id, lock=True)
+    if row.status != "active":
+        raise SessionEnded(f"Session {session_id!r} has ended; its voice setting can no longer change.")
+    row.voiced = voiced
+    row.last_activity_at = utcnow()
+    try:
+        await session.flush()
+    except StaleDataError as exc:
+        raise Conflict("The session was changed by another request at the same time; send it again.") from exc
+    return row
+
+
+def live_query(organization_id: str) -> Select[ConversationSession]:
+    return scoped(ConversationSession, organization_id).where(ConversationSession.status == "active")
+
+
+# --- the idle sweeper ------------------------------------------------------------------------------
+
+
+async def sweep_idle(database: Database, idle_seconds: float, *, now: datetime | None = None) -> int:
+    """End every session idle for longer than ``idle_seconds`` (outcome abandoned); answer how many."""
+    cutoff = (now or utcnow()) - timedelta(seconds=idle_seconds)
+    async with database.sessionmaker() as reader:
+        rows = await reader.execute(
+            select(ConversationSession.id, ConversationSession.organization_id)
+            .where(ConversationSession.status == "active", ConversationSession.last_activity_at < cutoff)
+            .limit(500)
+        )
+        candidates = [(r.id, r.organization_id) for r in rows]
+    ended = 0
+    for session_id, organization_id in candidates:
+        async with locks.hold(session_id), database.write_sessionmaker() as session:
+            try:
+                row = await get_session(session, organization_id, session_id, lock=True)
+                if row.status != "active" or row.last_activity_at >= cutoff:
+                    await session.rollback()
+                    continue
+                state = _state(row)
+                state.status, state.outcome, state.end_reason, state.waiting = (
+                    "ended",
+                    "abandoned",
+                    "idle_timeout",
+                    False,
+                )
+                await _save(session, row, state, None)
+                await session.commit()
+                ended += 1
+            except (NotFound, Conflict):
+                await session.rollback()
+    return ended
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+def _out_fields(row: ConversationSession, state: ConversationState) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "flow_id": row.flow_id,
+        "flow_version": row.flow_version,
+        "channel": row.channel,
+        "voiced": row.voiced,
+        "status": row.status,
+        "outcome": row.outcome,
+        "end_reason": row.end_reason,
+        "caller": row.caller,
+        "callee": row.callee,
+        "language": row.language,
+        "current_node": state.current_node,
+        "waiting": state.waiting,
+        "variables": state.variables,
+        "transcript": [TurnOut.model_validate(t.model_dump()) for t in state.transcript],
+        "started_at": row.started_at,
+        "last_activity_at": row.last_activity_at,
+        "ended_at": row.ended_at,
+    }
+
+
+def to_out(row: ConversationSession) -> SessionOut:
+    return SessionOut(**_out_fields(row, _state(row)))
+
+
+def to_turn_out(row: ConversationSession, result: TurnResult) -> SessionTurnOut:
+    return SessionTurnOut(
+        **_out_fields(row, _state(row)),
+        events=[
+            AgentEventOut(type=e.type, node_id=e.node_id, text=e.text, data=e.data) for e in result.events
+        ],
+        reply=result.text,
+    )
+
+
+def to_live(row: ConversationSession) -> LiveSessionOut:
+    state = row.state or {}
+    return LiveSessionOut(
+        id=row.id,
+        flow_id=row.flow_id,
+        flow_version=row.flow_version,
+        channel=row.channel,
+        voiced=row.voiced,
+        caller=row.caller,
+        current_node=state.get("current_node"),
+        turns=len(state.get("transcript") or []),
+        started_at=row.started_at,
+        last_activity_at=row.last_activity_at,
+    )

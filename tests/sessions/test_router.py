@@ -1,0 +1,220 @@
+"""Sessions API: creation rules, llm nodes, serialized messages, limits, idle timeout, voice, streaming."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.calls.models import Call
+from parley.kit.db import Database, utcnow
+from parley.llm.models import LLMUsage
+from parley.sessions.service import sweep_idle
+from tests.conftest import auth, make_token
+from tests.sessions.conftest import Platform
+from tests.stubs.openai import StubState
+
+ECHO = {
+    "language": "en",
+    "start_node": "ask",
+    "nodes": [
+        {"id": "ask", "type": "collect", "variable": "said", "prompt": "Say something.", "next": "echo"},
+        {"id": "echo", "type": "say", "text": "Echo {{ said }}.", "next": "ask"},
+    ],
+}
+
+
+async def test_sessions_need_a_published_flow_or_the_test_channel(make_platform: Any) -> None:
+    platform: Platform = await make_platform()
+    flow_id = await platform.flow(ECHO, publish=False)
+    refused = await platform.post("/api/sessions", {"flow_id": flow_id})
+    assert refused.status_code == 409 and "no published version" in refused.json()["detail"]
+    draft = await platform.start(flow_id, channel="test")
+    assert draft["reply"] == "Say something." and draft["flow_version"] is None
+    assert (await platform.post("/api/sessions", {"flow_id": "flow_missing"})).status_code == 404
+    assert (await platform.post("/api/sessions", {"flow_id": flow_id, "draft": True})).status_code == 409
+    await platform.post(f"/api/flows/{flow_id}/publish")
+    assert (await platform.post("/api/sessions", {"flow_id": flow_id, "version": 2})).status_code == 404
+    published = await platform.start(flow_id, version=1)
+    assert published["flow_version"] == 1
+
+    other: Platform = await make_platform()
+    assert (await other.get(f"/api/sessions/{published['id']}")).status_code == 404
+    assert (await other.post("/api/sessions", {"flow_id": flow_id})).status_code == 404
+
+
+async def test_parallel_messages_are_answered_one_by_one(make_platform: Any) -> None:
+    platform: Platform = await make_platform()
+    session = await platform.start(await platform.flow(ECHO))
+    texts = [f"message {i}" for i in range(10)]
+    turns = await asyncio.gather(*(platform.say(session["id"], text) for text in texts))
+    for text, turn in zip(texts, turns, strict=True):
+        assert turn["reply"] == f"Echo {text}. Say something."
+    state = (await platform.get(f"/api/sessions/{session['id']}")).json()
+    caller = [t["text"] for t in state["transcript"] if t["speaker"] == "caller"]
+    assert sorted(caller) == sorted(texts)
+    transcript = state["transcript"]
+    for index, turn in enumerate(transcript):
+        if turn["speaker"] == "caller":
+            assert transcript[index + 1]["text"] == f"Echo {turn['text']}."
+
+
+async def test_message_limits(make_platform: Any) -> None:
+    platform: Platform = await make_platform()
+    session = await platform.start(await platform.flow(ECHO))
+    url = f"/api/sessions/{session['id']}/messages"
+    assert (await platform.post(url, {"text": "x" * 4001})).status_code == 422
+    assert (await platform.post(url, {"text": ""})).status_code == 422
+    assert (await platform.post(url, {"text": "hi", "extra": 1})).status_code == 422
+    assert (await platform.post("/api/sessions/ses_unknown/messages", {"text": "hi"})).status_code == 404
+    accepted = await platform.say(session["id"], "y" * 4000)
+    assert accepted["status"] == "active"
+
+
+async def test_idle_sessions_end_with_their_call_record(
+    make_platform: Any, database: Database, db_session: AsyncSession
+) -> None:
+    platform: Platform = await make_platform()
+    session = await platform.start(await platform.flow(ECHO))
+    live = (await platform.get("/api/monitoring/sessions/live")).json()["items"]
+    assert [s["id"] for s in live] == [session["id"]]
+    assert await sweep_idle(database, 300) == 0
+    assert await sweep_idle(database, 300, now=utcnow() + timedelta(seconds=301)) == 1
+    state = (await platform.get(f"/api/sessions/{session['id']}")).json()
+    assert (state["status"], state["outcome"], state["end_reason"]) == ("ended", "abandoned", "idle_timeout")
+    assert (await platform.post(f"/api/sessions/{session['id']}/messages", {"text": "hi"})).status_code == 409
+    assert (await platform.get("/api/monitoring/sessions/live")).json()["items"] == []
+    call = await db_session.scalar(select(Call).where(Call.session_id == session["id"]))
+    assert call is not None and call.outcome == "abandoned"
+
+
+async def test_voice_toggle(make_platform: Any) -> None:
+    platform: Platform = await make_platform()
+    session = await platform.start(await platform.flow(ECHO), voiced=False)
+    url = f"/api/sessions/{session['id']}/voice"
+    on = await platform.post(url, {"voiced": True})
+    assert on.status_code == 200 and on.json()["voiced"] is True and on.json()["status"] == "active"
+    as_form = await platform.client.post(url, data={"voiced": "false"}, headers=platform.headers)
+    assert as_form.status_code == 200 and as_form.json()["voiced"] is False
+    assert (await platform.post("/api/sessions/ses_nope/voice", {"voiced": True})).status_code == 404
+    viewer = await platform.client.post(
+        url, json={"voiced": True}, headers=auth(make_token("nobody"), platform.org)
+    )
+    assert viewer.status_code == 404
+    ended = await platform.post(f"/api/sessions/{session['id']}/end")
+    assert ended.status_code == 200 and ended.json()["outcome"] == "completed"
+    assert (await platform.post(url, {"voiced": True})).status_code == 409
+    assert (await platform.post(f"/api/sessions/{session['id']}/end")).status_code == 409
+
+
+async def test_replies_as_server_sent_events(make_platform: Any) -> None:
+    platform: Platform = await make_platform()
+    session = await platform.start(await platform.flow(ECHO))
+    response = await platform.post(
+        f"/api/sessions/{session['id']}/messages", {"text": "hi"}, headers={"Accept": "text/event-stream"}
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [block.split("\n")[0] for block in response.text.strip().split("\n\n")]
+    assert events == ["event: say", "event: say", "event: done"]
+    assert '"text": "Echo hi."' in response.text
+    query = await platform.post(f"/api/sessions/{session['id']}/messages?stream=true", {"text": "again"})
+    assert query.headers["content-type"].startswith("text/event-stream")
+
+
+def _llm_flow(model_next: str | None = None) -> dict[str, Any]:
+    return {
+        "language": "en",
+        "prompt": "You are the assistant of {{ shop }}.",
+        "variables": {"shop": "Autohaus Demo"},
+        "start_node": "hello",
+        "nodes": [
+            {"id": "hello", "type": "say", "text": "Hello, how can I help?", "next": "chat"},
+            {
+                "id": "chat",
+                "type": "llm",
+                "system_prompt": "Answer briefly.",
+                "tools": ["order_lookup"],
+                "transitions": [{"name": "goodbye", "description": "The caller is done.", "next": "bye"}],
+                "max_turns": 5,
+                "next": model_next,
+            },
+            {"id": "bye", "type": "end", "text": "Goodbye!"},
+        ],
+    }
+
+
+async def _llm_platform(
+    make_platform: Any, connector: dict[str, str], llm_stub: tuple[str, StubState], model: str
+) -> Platform:
+    platform: Platform = await make_platform(connector_url=connector["url"])
+    await platform.tool(
+        {"name": "order_lookup", "type": "order_lookup", "secrets": {"api_key": connector["key"]}}
+    )
+    configured = await platform.client.put(
+        "/api/providers/openai/config",
+        json={"api_key": "sk-test-stub-key", "base_url": f"{llm_stub[0]}/v1", "model": model},
+        headers=platform.headers,
+    )
+    assert configured.status_code == 200, configured.text
+    return platform
+
+
+async def test_llm_node_calls_the_order_tool_and_answers(
+    make_platform: Any,
+    connector: dict[str, str],
+    llm_stub: tuple[str, StubState],
+    db_session: AsyncSession,
+) -> None:
+    platform = await _llm_platform(make_platform, connector, llm_stub, "stub-model")
+    session = await platform.start(await platform.flow(_llm_flow()))
+    assert session["reply"] == "Hello, how can I help?" and session["waiting"] is True
+    turn = await platform.say(session["id"], "Where is my order 7?")
+    assert turn["reply"] == "You said: Where is my order 7?"
+    tool_events = [e for e in turn["events"] if e["type"] == "tool_call"]
+    assert tool_events and tool_events[0]["data"]["status"] == "ok"
+    sent = llm_stub[1].requests[-1]
+    assert sent["messages"][0] == {
+        "role": "system",
+        "content": "You are the assistant of Autohaus Demo.\n\nAnswer briefly.",
+    }
+    tool_messages = [m for m in sent["messages"] if m["role"] == "tool"]
+    assert tool_messages and '"id": 7' in tool_messages[0]["content"]
+    second = await platform.say(session["id"], "thanks")
+    assert second["reply"] == "You said: thanks"
+    ended = await platform.post(f"/api/sessions/{session['id']}/end")
+    assert ended.status_code == 200
+    call = await db_session.scalar(select(Call).where(Call.session_id == session["id"]))
+    assert call is not None and call.llm_prompt_tokens > 0 and call.llm_completion_tokens > 0
+    assert call.tool_calls[0]["arguments"] == {"order_id": 7}
+    usage = (await db_session.scalars(select(LLMUsage).where(LLMUsage.organization_id == platform.org))).all()
+    assert usage and {u.source for u in usage} == {"session"}
+
+
+async def test_llm_failure_says_the_fallback(
+    make_platform: Any, connector: dict[str, str], llm_stub: tuple[str, StubState], db_session: AsyncSession
+) -> None:
+    platform = await _llm_platform(make_platform, connector, llm_stub, "error-500")
+    session = await platform.start(await platform.flow(_llm_flow()))
+    turn = await platform.say(session["id"], "hello?")
+    assert turn["reply"] == "Sorry, that did not work just now."
+    assert (turn["status"], turn["outcome"]) == ("ended", "failed")
+    recovering = await platform.start(await platform.flow(_llm_flow(model_next="bye"), name="Second"))
+    turn = await platform.say(recovering["id"], "hello?")
+    assert turn["reply"] == "Sorry, that did not work just now. Goodbye!"
+    assert turn["outcome"] == "completed"
+
+
+async def test_llm_node_without_a_provider_still_answers(
+    make_platform: Any, connector: dict[str, str]
+) -> None:
+    platform: Platform = await make_platform(connector_url=connector["url"])
+    await platform.tool(
+        {"name": "order_lookup", "type": "order_lookup", "secrets": {"api_key": connector["key"]}}
+    )
+    session = await platform.start(await platform.flow(_llm_flow(model_next="bye")))
+    turn = await platform.say(session["id"], "hello?")
+    assert turn["reply"] == "Sorry, that did not work just now. Goodbye!"
