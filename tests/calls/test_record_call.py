@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.brain.models import BrainSignal
 from parley.calls.models import Call
 from parley.calls.service import record_call
-from tests.calls.helpers import START, flow_signal, make_record
+from tests.calls.helpers import START, flow_signal, make_record, order_lookup
 
 ORG = "org_01RECORDTEST"
 
@@ -65,3 +65,37 @@ async def test_a_taken_or_malformed_recording_name_is_left_out(db_session: Async
     third = await record_call(db_session, make_record(ORG, recording_filename="../etc/passwd.wav"))
     assert first.recording_filename == "same.wav"
     assert second.recording_filename is None and third.recording_filename is None
+
+
+async def test_a_troubled_call_raises_exactly_its_signals(db_session: AsyncSession) -> None:
+    lines = (
+        ("agent", "Guten Tag, wie kann ich helfen?"),
+        ("caller", "Wo ist meine Bestellung A-9999?"),
+        ("agent", "Einen Moment bitte."),
+        ("caller", "Wo ist meine Bestellung A-9999?"),
+        ("agent", "Die Bestellung wurde nicht gefunden."),
+        (
+            "caller",
+            "Das ist unverschämt. Ich will mit einem Mitarbeiter sprechen, oder rufen Sie mich zurück.",
+        ),
+    )
+    lookup = order_lookup(order="A-9999", status="error", http_status=404, result={"detail": "Not found"})
+    record = make_record(
+        ORG, lines=lines, tool_calls=[lookup], outcome="transferred", transferred_to="+49301"
+    )
+    call = await record_call(db_session, record)
+    assert await _types(db_session, call) == [
+        "callback_requested",
+        "caller_repeats",
+        "negative_sentiment",
+        "order_not_found",
+        "tool_failure",
+        "transfer_requested",
+    ]
+    assert call.signal_types == await _types(db_session, call)
+    rows = await db_session.scalars(select(BrainSignal).where(BrainSignal.call_id == call.id))
+    by_type = {s.type: s for s in rows}
+    assert by_type["tool_failure"].severity == "high"
+    assert by_type["order_not_found"].details["lookups"][0]["arguments"] == {"order_number": "A-9999"}
+    assert by_type["caller_repeats"].details["repeats"][0]["turn_indexes"] == [1, 3]
+    assert all(s.source == "rule" and s.status == "open" for s in by_type.values())

@@ -109,6 +109,10 @@ async def test_bad_filters_are_refused(client: httpx.AsyncClient) -> None:
         assert response.status_code == 422, params
     response = await client.get("/api/calls", params={"caller": "a\x00b"}, headers=auth(ALICE, org))
     assert response.status_code == 400
+    for since in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
+        response = await client.get("/api/calls", params={"since": since}, headers=auth(ALICE, org))
+        assert response.status_code == 400, since
+        assert "out of range" in response.json()["detail"]
 
 
 async def test_another_organizations_calls_are_404(client: httpx.AsyncClient, record: Recorder) -> None:
@@ -193,3 +197,20 @@ async def test_a_call_whose_recording_is_not_stored_yet_is_404(
     response = await client.get("/api/calls/recording-file/later.wav", headers=auth(ALICE, org))
     assert response.status_code == 404
     assert response.json()["code"] == "not_found"
+
+
+async def test_deleting_the_organization_removes_calls_signals_and_recordings(
+    client: httpx.AsyncClient, record: Recorder, app: Any
+) -> None:
+    org = str((await create_org(client))["id"])
+    call = await record(
+        org, recording_filename="gone.wav", tool_calls=[order_lookup(status="timeout", http_status=None)]
+    )
+    await app.state.blobs.put(call.blob_key, wav_bytes(), "audio/wav")
+    assert (await client.delete(f"/api/organizations/{org}", headers=auth(ALICE))).status_code == 200
+    assert not await app.state.blobs.exists(call.blob_key)
+    again = str((await create_org(client, name="Again"))["id"])
+    assert (await client.get("/api/brain/signals", headers=auth(ALICE, again))).json()["items"] == []
+    # The name is free again once its call is gone.
+    reused = await record(again, recording_filename="gone.wav")
+    assert reused.recording_filename == "gone.wav"
