@@ -287,5 +287,33 @@ def token_create(
     )
 
 
+@app.command()
+def chat(
+    flow: Annotated[
+        str | None, typer.Argument(help="Flow id or name (default: the only or first published flow).")
+    ] = None,
+    url: Annotated[
+        str, typer.Option(envvar="PARLEY_URL", help="The platform API.")
+    ] = "http://127.0.0.1:8000",
+    token: Annotated[
+        str | None, typer.Option(envvar="PARLEY_TOKEN", help="A JWT or API key (pk_...).", show_default=False)
+    ] = None,
+    org: Annotated[str | None, typer.Option(envvar="PARLEY_ORG", help="The organization id.")] = None,
+    language: Annotated[str | None, typer.Option(help="Start language, e.g. de or en.")] = None,
+    channel: Annotated[str, typer.Option(help="Session channel: web, phone, whatsapp or test.")] = "web",
+) -> None:
+    """Chat with an agent in the terminal, through the HTTP API; ends with the flow or Ctrl-D."""
+    from parley.sessions.chat import ChatError, run_chat
+
+    if not token:
+        console.print("[red]No token:[/red] pass --token or set PARLEY_TOKEN (see `parley token create`).")
+        raise typer.Exit(2)
+    try:
+        run_chat(url=url, token=token, flow=flow, org=org, language=language, channel=channel, console=out)
+    except ChatError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+
+
 def main() -> None:
     app()
