@@ -99,3 +99,22 @@ async def test_a_troubled_call_raises_exactly_its_signals(db_session: AsyncSessi
     assert by_type["order_not_found"].details["lookups"][0]["arguments"] == {"order_number": "A-9999"}
     assert by_type["caller_repeats"].details["repeats"][0]["turn_indexes"] == [1, 3]
     assert all(s.source == "rule" and s.status == "open" for s in by_type.values())
+
+
+async def test_over_long_texts_are_cut_to_fit(db_session: AsyncSession) -> None:
+    record = make_record(
+        ORG,
+        caller="+49\x00" + "1" * 300,
+        end_reason="x" * 900,
+        language="de-DE-" + "x" * 40,
+        variables={"when": START, "items": ("a", "b")},
+        lines=(("agent", "Hallo"), ("caller", "Null\x00Byte")),
+    )
+    call = await record_call(db_session, record)
+    await db_session.commit()
+    stored = await db_session.get(Call, call.id)
+    assert stored is not None
+    assert stored.caller == "+49" + "1" * 197
+    assert stored.end_reason is not None and len(stored.end_reason) == 500
+    assert stored.variables == {"when": "2026-03-02T09:00:00Z", "items": ["a", "b"]}
+    assert stored.transcript[1]["text"] == "Null\x00Byte"

@@ -37,6 +37,12 @@ def _aware(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def _fit(value: str | None, length: int) -> str | None:
+    """Text cut to its column's length, without NUL characters (PostgreSQL refuses them): an odd
+    caller id must not lose the whole call."""
+    return value.replace("\x00", "")[:length] if value is not None else None
+
+
 def recording_blob_key(organization_id: str, filename: str) -> str:
     """Where the voice pipeline stores a call's recording (and where the download reads it)."""
     return f"{organization_id}/recordings/{filename}"
@@ -75,24 +81,24 @@ async def record_call(session: AsyncSession, record: CallRecordIn) -> Call:
     call = Call(
         id=f"call_{ULID.from_datetime(started)}",
         organization_id=organization_id,
-        session_id=record.session_id,
-        flow_id=record.flow_id,
+        session_id=_fit(record.session_id, 80) or "",
+        flow_id=_fit(record.flow_id, 40),
         flow_version=record.flow_version,
         channel=record.channel,
         direction=record.direction,
-        caller=record.caller,
-        callee=record.callee,
-        language=record.language,
+        caller=_fit(record.caller, 200),
+        callee=_fit(record.callee, 200),
+        language=_fit(record.language, 20),
         started_at=started,
         ended_at=ended,
         duration_seconds=max(0.0, (ended - started).total_seconds()),
         outcome=record.outcome,
-        end_reason=record.end_reason,
-        transferred_to=record.transferred_to,
+        end_reason=_fit(record.end_reason, 500),
+        transferred_to=_fit(record.transferred_to, 200),
         transcript=[t.model_dump(mode="json") for t in sorted(record.transcript, key=lambda t: t.index)],
         tool_calls=[c.model_dump(mode="json") for c in record.tool_calls],
         turn_metrics=metrics,
-        variables=record.variables,
+        variables=to_jsonable_python(record.variables),
         turn_count=len(record.transcript),
         mean_voice_latency_ms=mean_voice_latency(metrics),
         llm_prompt_tokens=record.usage.llm_prompt_tokens,
@@ -112,7 +118,7 @@ async def record_call(session: AsyncSession, record: CallRecordIn) -> Call:
             id=new_id("sig"),
             organization_id=organization_id,
             call_id=call.id,
-            flow_id=record.flow_id,
+            flow_id=call.flow_id,
             type=type_,
             severity=severity,
             status="open",
