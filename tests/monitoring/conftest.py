@@ -1,0 +1,3 @@
+from tests.calls.conftest import record
+
+__all__ = ["record"]
