@@ -39,13 +39,19 @@ STREAM_DOC = (
 )
 
 
-async def _serialized(session_id: SessionId) -> AsyncIterator[None]:
+async def _serialized(request: Request, session_id: SessionId) -> AsyncIterator[None]:
     # Declared before the database session, so it is released only after the turn has committed.
-    async with locks.hold(session_id):
+    async with locks.hold(session_id), locks.turn_slot(request.app):
+        yield
+
+
+async def _slot(request: Request) -> AsyncIterator[None]:
+    async with locks.turn_slot(request.app):
         yield
 
 
 SessionTurnLock = Annotated[None, Depends(_serialized, scope="function")]
+TurnSlot = Annotated[None, Depends(_slot, scope="function")]
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -78,6 +84,7 @@ def _stream(row: ConversationSession, result: TurnResult) -> StreamingResponse:
 
 @router.post("", summary="Create Session", response_model=SessionTurnOut, responses=documented(404, 409))
 async def create_session(
+    _slot: TurnSlot,
     request: Request,
     session: DbSession,
     context: OrgWriter,

@@ -1,0 +1,260 @@
+"""Benchmark: the conversation runtime.
+
+1. Engine time per deterministic turn: the order-status flow of docs/flows.md (greet, spoken order
+   number, connector lookup, status, goodbye) run by the flow engine in this process, with the order
+   lookup going to the real order connector (one uvicorn worker) on loopback. The engine's own time
+   excludes the wait for the tool (``TurnResult.engine_ms``); the tool wait is reported beside it.
+2. Concurrent sessions: N text sessions at once through the platform's HTTP API (one uvicorn worker,
+   SQLite), each create → order number → "nein", against the same connector. Counts errors and wrong
+   answers and reports request latencies.
+
+    .venv/bin/python bench/runtime_bench.py [--turns 1000] [--sessions 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+PYTHON = sys.executable
+JWT_SECRET = "bench-secret-" + "x" * 40
+
+from parley.flows.definition import FlowDefinition  # noqa: E402
+from parley.runtime.engine import FlowEngine  # noqa: E402
+from parley.runtime.ports import ToolOutcome, ToolSpec  # noqa: E402
+from parley.runtime.state import ConversationState  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(target: str, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    cmd = [PYTHON, "-m", "uvicorn", target, "--factory", "--port", str(port), "--no-access-log"]
+    cmd += ["--log-level", "warning", "--loop", "uvloop", "--http", "httptools"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    sys.exit(f"{target} did not start")
+
+
+def order_flow() -> dict[str, Any]:
+    text = (ROOT / "docs" / "flows.md").read_text()
+    section = text[text.index("## Complete example") :]
+    match = re.search(r"```json\n(.*?)\n```", section, re.S)
+    assert match is not None
+    return dict(json.loads(match.group(1)))
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+class ConnectorTools:
+    """The order_lookup tool as a direct loopback call to the connector."""
+
+    def __init__(self, http: httpx.AsyncClient, url: str, key: str) -> None:
+        self.http, self.url, self.key = http, url, key
+
+    async def call(self, ref: str, arguments: dict[str, Any]) -> ToolOutcome:
+        started = time.perf_counter()
+        response = await self.http.get(
+            f"{self.url}/api/orders/{arguments['order_id']}", headers={"X-API-Key": self.key}
+        )
+        latency = (time.perf_counter() - started) * 1000
+        return ToolOutcome("tool_bench", ref, "ok", latency, response.status_code, response.json())
+
+    async def describe(self, refs: list[str]) -> list[ToolSpec]:
+        return []
+
+
+async def engine_bench(connector: str, key: str, conversations: int) -> dict[str, float]:
+    definition = FlowDefinition.model_validate(order_flow())
+    engine_ms: list[float] = []
+    tool_ms: list[float] = []
+    async with httpx.AsyncClient() as http:
+        engine = FlowEngine(definition, tools=ConnectorTools(http, connector, key))
+        for i in range(conversations + 50):
+            state = engine.new_state(session_id=f"ses_{i}", channel="test")
+            turns = [await engine.start(state)]
+            state = ConversationState.from_json(state.to_json())
+            turns.append(await engine.handle(state, "eins zwei" if i % 2 else "1 7"))
+            state = ConversationState.from_json(state.to_json())
+            turns.append(await engine.handle(state, "nein"))
+            assert state.outcome == "completed", state.end_reason
+            if i >= 50:  # warm-up
+                engine_ms += [t.engine_ms for t in turns]
+                tool_ms += [t.tool_ms for t in turns if t.tool_ms]
+    return {
+        "turns": len(engine_ms),
+        "engine_p50": pct(engine_ms, 50),
+        "engine_p99": pct(engine_ms, 99),
+        "engine_max": max(engine_ms),
+        "tool_p50": pct(tool_ms, 50),
+        "tool_p99": pct(tool_ms, 99),
+    }
+
+
+async def sessions_bench(platform: str, connector: str, key: str, sessions: int) -> dict[str, float]:
+    import jwt
+
+    now = int(time.time())
+    token = jwt.encode({"sub": "bench", "iat": now, "exp": now + 3600}, JWT_SECRET, algorithm="HS256")
+    headers = {"Authorization": f"Bearer {token}"}
+    limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
+    async with httpx.AsyncClient(base_url=platform, headers=headers, timeout=300, limits=limits) as client:
+        org = (await client.post("/api/organizations", json={"name": "Bench"})).json()["id"]
+        client.headers["X-Organization-Id"] = org
+        tool = {"name": "order_lookup", "type": "order_lookup", "secrets": {"api_key": key}}
+        assert (await client.post("/api/tools", json=tool)).status_code == 200
+        flow = (await client.post("/api/flows", json={"name": "Orders", "definition": order_flow()})).json()
+        assert (await client.post(f"/api/flows/{flow['id']}/publish")).status_code == 200
+
+        latencies: list[float] = []
+        errors: list[str] = []
+
+        async def timed(path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+            started = time.perf_counter()
+            response = await client.post(path, json=body)
+            latencies.append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200:
+                errors.append(f"{path}: {response.status_code} {response.text[:200]}")
+                return None
+            return dict(response.json())
+
+        async def conversation(i: int) -> None:
+            opening = await timed("/api/sessions", {"flow_id": flow["id"], "channel": "web"})
+            if opening is None:
+                return
+            status = await timed(f"/api/sessions/{opening['id']}/messages", {"text": "eins zwei"})
+            if status is None:
+                return
+            if "Kosten brutto" not in status["reply"]:
+                errors.append(f"wrong answer: {status['reply'][:200]}")
+            goodbye = await timed(f"/api/sessions/{opening['id']}/messages", {"text": "nein"})
+            if goodbye is not None and goodbye["outcome"] != "completed":
+                errors.append(f"not completed: {goodbye['outcome']}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(conversation(i) for i in range(sessions)))
+        wall = time.perf_counter() - started
+        live = (await client.get("/api/monitoring/sessions/live")).json()["items"]
+    for error in errors[:5]:
+        print("  error:", error)
+    return {
+        "sessions": sessions,
+        "requests": len(latencies),
+        "errors": len(errors),
+        "still_live": len(live),
+        "wall_s": wall,
+        "p50": pct(latencies, 50),
+        "p99": pct(latencies, 99),
+        "turns_per_s": len(latencies) / wall,
+    }
+
+
+def prepare_connector(env: dict[str, str]) -> str:
+    code = (
+        "from parley.connector.config import ConnectorSettings\n"
+        "from parley.connector import setup\n"
+        "import asyncio, datetime\n"
+        "s = ConnectorSettings()\n"
+        "setup.upgrade_database(s)\n"
+        "asyncio.run(setup.write_demo_orders(s, 1000, seed=7, reference=datetime.date(2025, 6, 1)))\n"
+        "print(setup.create_key(s, 'runtime-bench'))\n"
+    )
+    return subprocess.run(
+        [PYTHON, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--turns", type=int, default=1000, help="Conversations for the engine figures (3 turns each)."
+    )
+    parser.add_argument("--sessions", type=int, default=500, help="Concurrent sessions over HTTP.")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="parley-runtime-bench-") as tmp:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+        connector_env = {
+            **base,
+            "PARLEY_CONNECTOR_DATA_DIR": f"{tmp}/connector",
+            "PARLEY_CONNECTOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/connector.db",
+            "PARLEY_CONNECTOR_RATE_LIMIT": "0",
+            "PARLEY_CONNECTOR_LOG_LEVEL": "WARNING",
+        }
+        key = prepare_connector(connector_env)
+        connector_port, platform_port = free_port(), free_port()
+        connector_url = f"http://127.0.0.1:{connector_port}"
+        platform_env = {
+            **base,
+            "PARLEY_DATA_DIR": f"{tmp}/platform",
+            "PARLEY_AUTH_JWT_SECRET": JWT_SECRET,
+            "PARLEY_CONNECTOR_URL": connector_url,
+            "PARLEY_RATE_LIMIT_PER_MINUTE": "0",
+            "PARLEY_LOG_LEVEL": "WARNING",
+            "PARLEY_DB_POOL_SIZE": "64",
+            "PARLEY_DB_POOL_TIMEOUT": "300",
+        }
+        subprocess.run([PYTHON, "-m", "parley", "db", "upgrade"], env=platform_env, check=True, cwd=ROOT)
+        connector = start(
+            "parley.connector.app:create_app_from_env",
+            connector_port,
+            connector_env,
+            Path(tmp, "connector.log"),
+        )
+        platform = start(
+            "parley.app:create_app_from_env", platform_port, platform_env, Path(tmp, "platform.log")
+        )
+        try:
+            figures = asyncio.run(engine_bench(connector_url, key, args.turns))
+            print(
+                f"engine, {figures['turns']:.0f} turns: engine time p50 {figures['engine_p50']:.2f} ms, "
+                f"p99 {figures['engine_p99']:.2f} ms, max {figures['engine_max']:.2f} ms; "
+                f"tool wait (connector on loopback) p50 {figures['tool_p50']:.2f} ms, p99 {figures['tool_p99']:.2f} ms"
+            )
+            result = asyncio.run(
+                sessions_bench(f"http://127.0.0.1:{platform_port}", connector_url, key, args.sessions)
+            )
+            print(
+                f"HTTP, {result['sessions']:.0f} concurrent sessions ({result['requests']:.0f} requests) on one "
+                f"worker, SQLite: {result['errors']:.0f} errors, {result['still_live']:.0f} left live, "
+                f"{result['wall_s']:.1f} s wall, {result['turns_per_s']:.0f} turns/s, "
+                f"request p50 {result['p50']:.0f} ms, p99 {result['p99']:.0f} ms"
+            )
+        finally:
+            errors = [line for line in Path(tmp, "platform.log").read_text().splitlines() if "error" in line]
+            print(f"platform log: {len(errors)} error lines", *(e[:300] for e in errors[:3]), sep="\n  ")
+            for proc in (platform, connector):
+                proc.terminate()
+                proc.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
