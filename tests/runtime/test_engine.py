@@ -8,7 +8,7 @@ import pytest
 
 from parley.flows.definition import FlowDefinition
 from parley.runtime.engine import MAX_STEPS_PER_TURN, FlowEngine
-from parley.runtime.ports import LlmError, LlmReply, LlmToolCall, ToolOutcome, ToolSpec
+from parley.runtime.ports import KnowledgeError, LlmError, LlmReply, LlmToolCall, ToolOutcome, ToolSpec
 from parley.runtime.state import ConversationState
 
 
@@ -314,3 +314,24 @@ async def test_state_round_trips_through_json() -> None:
     assert result.text == "Got 123."
     assert state.signals[0].type == "seen" and state.signals[0].severity == "high"
     assert [t.speaker for t in state.transcript] == ["agent", "caller", "agent"]
+
+
+class BrokenKnowledge:
+    async def search(self, query: str, top_k: int, document_ids: list[str] | None) -> list[dict[str, Any]]:
+        raise KnowledgeError("The knowledge search failed.")
+
+
+async def test_a_failing_knowledge_search_says_the_fallback() -> None:
+    engine = FlowEngine(
+        flow(
+            {"id": "ask", "type": "collect", "variable": "q", "prompt": "Question?", "next": "k"},
+            {"id": "k", "type": "knowledge", "next": "ask"},
+        ),
+        tools=Tools(),
+        knowledge=BrokenKnowledge(),
+    )
+    state = run_state(engine)
+    await engine.start(state)
+    result = await engine.handle(state, "opening hours?")
+    assert result.text == "Sorry, that did not work just now. Question?"
+    assert state.status == "active" and any(s.type == "knowledge_failure" for s in state.signals)

@@ -72,6 +72,26 @@ async def test_message_limits(make_platform: Any) -> None:
     assert (await platform.post("/api/sessions/ses_unknown/messages", {"text": "hi"})).status_code == 404
     accepted = await platform.say(session["id"], "y" * 4000)
     assert accepted["status"] == "active"
+    too_big = await platform.post(
+        "/api/sessions", {"flow_id": session["flow_id"], "variables": {"x": "y" * 70_000}}
+    )
+    assert too_big.status_code == 422 and too_big.json()["detail"][0]["loc"] == ["body", "variables"]
+
+
+async def test_a_knowledge_node_without_documents_says_the_fallback(make_platform: Any) -> None:
+    platform: Platform = await make_platform()
+    definition = {
+        "language": "de",
+        "start_node": "ask",
+        "nodes": [
+            {"id": "ask", "type": "collect", "variable": "q", "prompt": "Ihre Frage?", "next": "k"},
+            {"id": "k", "type": "knowledge", "result_variable": "found", "next": "ask"},
+        ],
+    }
+    session = await platform.start(await platform.flow(definition))
+    turn = await platform.say(session["id"], "Wann haben Sie geöffnet?")
+    assert turn["reply"] == "Entschuldigung, das hat gerade nicht geklappt. Ihre Frage?"
+    assert turn["variables"]["found"] == {"answer": "", "hits": []}
 
 
 async def test_idle_sessions_end_with_their_call_record(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import jsonschema
+import structlog
 from sqlalchemy import or_
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
@@ -15,9 +18,11 @@ from parley.kit.tenancy import scoped
 from parley.knowledge import service as knowledge_service
 from parley.llm import service as llm_service
 from parley.llm.models import LLMUsage
-from parley.runtime.ports import LlmError, LlmReply, LlmToolCall, ToolOutcome, ToolSpec
+from parley.runtime.ports import KnowledgeError, LlmError, LlmReply, LlmToolCall, ToolOutcome, ToolSpec
 from parley.tools.executor import InvalidArguments, execute_tool, parameters_of
 from parley.tools.models import Tool
+
+log = structlog.get_logger("parley.runtime")
 
 # A tool call may not hold a conversation longer than this, whatever the tool's own timeout says.
 TOOL_DEADLINE_SECONDS = 30.0
@@ -46,13 +51,25 @@ class PlatformTools:
                 None, ref, "error", error=f"The tool {ref!r} does not exist in this organization."
             )
         try:
-            result = await asyncio.wait_for(
-                execute_tool(self.session, self.settings, tool, arguments), TOOL_DEADLINE_SECONDS
-            )
+            # A tool that reads the database does so in a savepoint, so its failure cannot spoil the turn.
+            async with self.session.begin_nested():
+                result = await asyncio.wait_for(
+                    execute_tool(self.session, self.settings, tool, arguments), TOOL_DEADLINE_SECONDS
+                )
         except InvalidArguments as exc:
             return ToolOutcome(tool.id, tool.name, "error", error=f"Invalid arguments: {exc}")
         except TimeoutError:
             return ToolOutcome(tool.id, tool.name, "timeout", error="The tool did not answer in time.")
+        except (ValueError, TypeError, LookupError, jsonschema.SchemaError, SQLAlchemyError) as exc:
+            # A stored configuration that no longer fits (or a failing query): the call fails, the
+            # conversation goes on.
+            log.warning("session_tool_failed", tool_id=tool.id, error_type=type(exc).__name__)
+            return ToolOutcome(
+                tool.id,
+                tool.name,
+                "error",
+                error=f"The tool cannot run as configured ({type(exc).__name__}).",
+            )
         return ToolOutcome(
             tool.id,
             tool.name,
@@ -78,7 +95,14 @@ class PlatformKnowledge:
         self.organization_id = organization_id
 
     async def search(self, query: str, top_k: int, document_ids: list[str] | None) -> list[dict[str, Any]]:
-        hits = await knowledge_service.search(self.session, self.organization_id, query, top_k, document_ids)
+        try:
+            async with self.session.begin_nested():
+                hits = await knowledge_service.search(
+                    self.session, self.organization_id, query, top_k, document_ids
+                )
+        except (SQLAlchemyError, ParleyError) as exc:
+            log.warning("session_knowledge_failed", error_type=type(exc).__name__)
+            raise KnowledgeError("The knowledge search failed.") from exc
         return [h.model_dump() for h in hits]
 
 

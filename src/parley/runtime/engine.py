@@ -35,7 +35,15 @@ from parley.flows.definition import (
 )
 from parley.flows.expressions import ExpressionError, evaluate
 from parley.flows.templates import TemplateRenderError, render_template
-from parley.runtime.ports import KnowledgePort, LlmError, LlmPort, LlmReply, ToolOutcome, ToolPort
+from parley.runtime.ports import (
+    KnowledgeError,
+    KnowledgePort,
+    LlmError,
+    LlmPort,
+    LlmReply,
+    ToolOutcome,
+    ToolPort,
+)
 from parley.runtime.state import ConversationState, LlmNodeState
 from parley.runtime.validators import parse_answer
 
@@ -443,6 +451,8 @@ class FlowEngine:
             started = time.perf_counter()
             try:
                 hits = await self.knowledge.search(query[:1000], node.top_k, node.document_ids)
+            except KnowledgeError as exc:
+                self._runtime_signal(state, "knowledge_failure", {"node": node.id, "error": str(exc)[:300]})
             finally:
                 turn.result.tool_ms += (time.perf_counter() - started) * 1000
         answer = hits[0]["text"] if hits else ""

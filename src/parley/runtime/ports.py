@@ -42,9 +42,14 @@ class ToolPort(Protocol):
         ...
 
 
+class KnowledgeError(Exception):
+    """The knowledge search failed; the message is safe to show."""
+
+
 class KnowledgePort(Protocol):
     async def search(self, query: str, top_k: int, document_ids: list[str] | None) -> list[dict[str, Any]]:
-        """Hits as ``{"document_id", "document_title", "text", "score"}``, best first."""
+        """Hits as ``{"document_id", "document_title", "text", "score"}``, best first; raise
+        :class:`KnowledgeError` when the search fails."""
         ...
 
 

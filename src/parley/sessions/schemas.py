@@ -3,11 +3,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+import orjson
+from pydantic import BaseModel, Field, field_validator
 
 from parley.organizations.schemas import StrictModel
 
 MAX_MESSAGE_CHARS = 4000
+MAX_VARIABLES_BYTES = 64 * 1024
 
 Channel = Literal["web", "phone", "whatsapp", "test"]
 VariableName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$")]
@@ -28,6 +30,13 @@ class SessionCreate(StrictModel):
     draft: bool = Field(
         default=False, description="Run the flow's draft instead of a published version (channel test only)."
     )
+
+    @field_validator("variables")
+    @classmethod
+    def _small(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(orjson.dumps(value)) > MAX_VARIABLES_BYTES:
+            raise ValueError(f"the start values may take at most {MAX_VARIABLES_BYTES // 1024} KiB as JSON")
+        return value
 
 
 class MessageIn(StrictModel):

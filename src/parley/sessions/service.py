@@ -223,8 +223,8 @@ async def create_session(
         last_activity_at=now,
         created_by=context.principal.id,
     )
-    session.add(row)
     result = await engine.start(state)
+    session.add(row)
     await _save(session, row, state, llm)
     return row, result
 
