@@ -29,22 +29,17 @@ from parley.kit.db import after_commit
 from parley.kit.errors import (
     Forbidden,
     NotFound,
-    ParleyError,
     PayloadTooLarge,
     ServiceUnavailable,
 )
 from parley.kit.ids import new_id
+from parley.kit.ranges import parse_range
 from parley.kit.tenancy import get_owned
 from parley.organizations.models import Organization, Role
 
 log = structlog.get_logger("parley.assets")
 
 MAX_NAME = 255
-
-
-class RangeNotSatisfiable(ParleyError):
-    status_code = 416
-    code = "range_not_satisfiable"
 
 
 def content_url(asset_id: str) -> str:
@@ -199,44 +194,6 @@ async def delete_asset(session: AsyncSession, blobs: BlobStore, context: OrgCont
     return asset
 
 
-def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
-    """The inclusive byte range of a single-range ``Range`` header; ``None`` means the whole file.
-
-    Malformed or multi-range headers are ignored (RFC 9110 allows serving the whole representation);
-    a range that starts past the end is 416.
-    """
-    if not header:
-        return None
-    unit, _, spec = header.partition("=")
-    if unit.strip().lower() != "bytes" or "," in spec:
-        return None
-    first, dash, last = spec.strip().partition("-")
-    if not dash:
-        return None
-    first, last = first.strip(), last.strip()
-    if first == "":
-        if not last.isdigit() or len(last) > 18:
-            return None
-        suffix = int(last)
-        if suffix == 0:
-            raise RangeNotSatisfiable(
-                f"The range is empty; the asset has {size} bytes.",
-                headers={"Content-Range": f"bytes */{size}"},
-            )
-        return max(0, size - suffix), size - 1
-    if not first.isdigit() or len(first) > 18 or (last and (not last.isdigit() or len(last) > 18)):
-        return None
-    start = int(first)
-    if last and int(last) < start:
-        return None
-    if start >= size:
-        raise RangeNotSatisfiable(
-            f"The range starts at byte {start}, past the end of the asset ({size} bytes).",
-            headers={"Content-Range": f"bytes */{size}"},
-        )
-    return start, min(int(last), size - 1) if last else size - 1
-
-
 @dataclass(frozen=True)
 class Content:
     chunks: AsyncIterator[bytes]
@@ -260,7 +217,7 @@ async def open_content(blobs: BlobStore, asset: Asset, extension: str, range_hea
         "Cache-Control": "private, max-age=0, must-revalidate",
         "Content-Security-Policy": "default-src 'none'; sandbox",
     }
-    selected = parse_range(range_header, size)
+    selected = parse_range(range_header, size, "asset")
     if selected is None:
         headers["Content-Length"] = str(size)
         return Content(blobs.stream(asset.blob_key), 200, headers)

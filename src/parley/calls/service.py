@@ -15,7 +15,6 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 
-from parley.assets.service import parse_range
 from parley.auth.principal import OrgContext
 from parley.brain.models import BrainSignal
 from parley.calls import rules
@@ -25,6 +24,7 @@ from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.ids import new_id
+from parley.kit.ranges import parse_range
 from parley.kit.tenancy import get_owned, scoped
 
 log = structlog.get_logger("parley.calls")
@@ -222,7 +222,7 @@ async def open_recording(
         "Cache-Control": "private, max-age=0, must-revalidate",
         "Content-Security-Policy": "default-src 'none'; sandbox",
     }
-    selected = parse_range(range_header, size)
+    selected = parse_range(range_header, size, "recording")
     if selected is None:
         headers["Content-Length"] = str(size)
         return Recording(blobs.stream(call.blob_key), 200, headers)

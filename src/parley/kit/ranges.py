@@ -1,0 +1,48 @@
+"""HTTP Range requests over stored files (assets, recordings): one parser, one 416 error."""
+
+from __future__ import annotations
+
+from parley.kit.errors import ParleyError
+
+
+class RangeNotSatisfiable(ParleyError):
+    status_code = 416
+    code = "range_not_satisfiable"
+
+
+def parse_range(header: str | None, size: int, what: str = "file") -> tuple[int, int] | None:
+    """The inclusive byte range of a single-range ``Range`` header; ``None`` means the whole file.
+
+    Malformed or multi-range headers are ignored (RFC 9110 allows serving the whole representation);
+    a range that starts past the end is 416.
+    """
+    if not header:
+        return None
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None
+    first, dash, last = spec.strip().partition("-")
+    if not dash:
+        return None
+    first, last = first.strip(), last.strip()
+    if first == "":
+        if not last.isdigit() or len(last) > 18:
+            return None
+        suffix = int(last)
+        if suffix == 0:
+            raise RangeNotSatisfiable(
+                f"The range is empty; the {what} has {size} bytes.",
+                headers={"Content-Range": f"bytes */{size}"},
+            )
+        return max(0, size - suffix), size - 1
+    if not first.isdigit() or len(first) > 18 or (last and (not last.isdigit() or len(last) > 18)):
+        return None
+    start = int(first)
+    if last and int(last) < start:
+        return None
+    if start >= size:
+        raise RangeNotSatisfiable(
+            f"The range starts at byte {start}, past the end of the {what} ({size} bytes).",
+            headers={"Content-Range": f"bytes */{size}"},
+        )
+    return start, min(int(last), size - 1) if last else size - 1
