@@ -6,12 +6,16 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.calls.models import Call
 from parley.kit.db import Database, utcnow
+from parley.kit.errors import Conflict
 from parley.llm.models import LLMUsage
+from parley.runtime.state import ConversationState
+from parley.sessions import service
 from parley.sessions.service import sweep_idle
 from tests.conftest import auth, make_token
 from tests.sessions.conftest import Platform
@@ -238,3 +242,21 @@ async def test_llm_node_without_a_provider_still_answers(
     session = await platform.start(await platform.flow(_llm_flow(model_next="bye")))
     turn = await platform.say(session["id"], "hello?")
     assert turn["reply"] == "Sorry, that did not work just now. Goodbye!"
+
+
+async def test_a_write_from_another_process_in_between_is_refused(
+    make_platform: Any, database: Database
+) -> None:
+    platform: Platform = await make_platform()
+    session = await platform.start(await platform.flow(ECHO))
+    async with database.sessionmaker() as first, database.sessionmaker() as second:
+        row = await service.get_session(first, platform.org, session["id"], lock=True)
+        state = ConversationState.from_json(row.state)
+        other = await service.get_session(second, platform.org, session["id"])
+        other.voiced = True  # another process writes between this one's read and write
+        await second.flush()
+        await second.commit()
+        state.variables["said"] = "late"
+        with pytest.raises(Conflict):
+            await service._save(first, row, state, None)
+        await first.rollback()
