@@ -8,7 +8,10 @@
    SQLite), each create → order number → "nein", against the same connector. Counts errors and wrong
    answers and reports request latencies.
 
-    .venv/bin/python bench/runtime_bench.py [--turns 1000] [--sessions 500]
+    .venv/bin/python bench/runtime_bench.py [--turns 1000] [--sessions 500] [--postgres]
+
+With ``--postgres`` the platform's database is a fresh one on the PostgreSQL at 127.0.0.1:5432
+(``PARLEY_TEST_PG_DSN``), dropped afterwards.
 """
 
 from __future__ import annotations
@@ -47,7 +50,16 @@ def free_port() -> int:
 
 def start(target: str, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     cmd = [PYTHON, "-m", "uvicorn", target, "--factory", "--port", str(port), "--no-access-log"]
-    cmd += ["--log-level", "warning", "--loop", "uvloop", "--http", "httptools"]
+    cmd += [
+        "--log-level",
+        "warning",
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+        "--timeout-keep-alive",
+        "300",
+    ]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -138,7 +150,11 @@ async def sessions_bench(platform: str, connector: str, key: str, sessions: int)
 
         async def timed(path: str, body: dict[str, Any]) -> dict[str, Any] | None:
             started = time.perf_counter()
-            response = await client.post(path, json=body)
+            try:
+                response = await client.post(path, json=body)
+            except httpx.HTTPError as exc:
+                errors.append(f"{path}: {type(exc).__name__}")
+                return None
             latencies.append((time.perf_counter() - started) * 1000)
             if response.status_code != 200:
                 errors.append(f"{path}: {response.status_code} {response.text[:200]}")
@@ -199,7 +215,14 @@ def main() -> None:
         "--turns", type=int, default=1000, help="Conversations for the engine figures (3 turns each)."
     )
     parser.add_argument("--sessions", type=int, default=500, help="Concurrent sessions over HTTP.")
+    parser.add_argument("--postgres", action="store_true", help="Run the platform on PostgreSQL.")
     args = parser.parse_args()
+    pg_name: str | None = None
+    if args.postgres:
+        sys.path.insert(0, str(ROOT))
+        from tests import pg
+
+        pg_name, pg_url = pg.create_database("parley_runtime_bench")
     with tempfile.TemporaryDirectory(prefix="parley-runtime-bench-") as tmp:
         base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
         connector_env = {
@@ -222,6 +245,8 @@ def main() -> None:
             "PARLEY_DB_POOL_SIZE": "64",
             "PARLEY_DB_POOL_TIMEOUT": "300",
         }
+        if pg_name is not None:
+            platform_env["PARLEY_DATABASE_URL"] = pg_url
         subprocess.run([PYTHON, "-m", "parley", "db", "upgrade"], env=platform_env, check=True, cwd=ROOT)
         connector = start(
             "parley.connector.app:create_app_from_env",
@@ -244,7 +269,7 @@ def main() -> None:
             )
             print(
                 f"HTTP, {result['sessions']:.0f} concurrent sessions ({result['requests']:.0f} requests) on one "
-                f"worker, SQLite: {result['errors']:.0f} errors, {result['still_live']:.0f} left live, "
+                f"worker, {'PostgreSQL' if pg_name else 'SQLite'}: {result['errors']:.0f} errors, {result['still_live']:.0f} left live, "
                 f"{result['wall_s']:.1f} s wall, {result['turns_per_s']:.0f} turns/s, "
                 f"request p50 {result['p50']:.0f} ms, p99 {result['p99']:.0f} ms"
             )
@@ -254,6 +279,8 @@ def main() -> None:
             for proc in (platform, connector):
                 proc.terminate()
                 proc.wait(timeout=10)
+            if pg_name is not None:
+                pg.drop_database(pg_name)
 
 
 if __name__ == "__main__":
