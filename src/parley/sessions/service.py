@@ -29,6 +29,7 @@ from parley.kit.db import Database, utcnow
 from parley.kit.errors import Conflict, NotFound
 from parley.kit.ids import new_id
 from parley.kit.tenancy import get_owned, scoped
+from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
 from parley.runtime.engine import FlowEngine, TurnResult
 from parley.runtime.state import ConversationState
@@ -95,11 +96,17 @@ async def _definition_of(session: AsyncSession, row: ConversationSession) -> Flo
     return _parse(flow.definition, "flow's draft")
 
 
-def _engine(
-    session: AsyncSession, settings: Settings, context: OrgContext | None, definition: FlowDefinition
+async def _engine(
+    session: AsyncSession, settings: Settings, context: OrgContext, definition: FlowDefinition
 ) -> tuple[FlowEngine, PlatformLlm | None]:
-    organization_id = context.organization_id if context else ""
-    llm = PlatformLlm(session, settings, context) if context is not None else None
+    organization_id = context.organization_id
+    llm: PlatformLlm | None = None
+    # Only flows that may talk to the model look for a provider; without one, knowledge nodes answer
+    # from the hits and llm nodes say the fallback line.
+    if any(node.type in ("llm", "knowledge") for node in definition.nodes) and await find_config(
+        session, context, "openai"
+    ):
+        llm = PlatformLlm(session, settings, context)
     engine = FlowEngine(
         definition,
         tools=PlatformTools(session, settings, organization_id),
@@ -198,7 +205,7 @@ async def create_session(
         definition = await _published(session, context.organization_id, flow.id, version)
 
     session_id = new_id("ses")
-    engine, llm = _engine(session, settings, context, definition)
+    engine, llm = await _engine(session, settings, context, definition)
     state = engine.new_state(
         session_id=session_id,
         channel=data.channel,
@@ -246,7 +253,7 @@ async def send_message(
         await _save(session, row, state, None)
         log.warning("session_flow_unavailable", session_id=row.id, reason=exc.detail)
         return row, TurnResult()
-    engine, llm = _engine(session, settings, context, definition)
+    engine, llm = await _engine(session, settings, context, definition)
     result = await engine.handle(state, text)
     await _save(session, row, state, llm)
     return row, result
