@@ -71,7 +71,9 @@ def _complete_operation(
         if "{" in path:
             responses.setdefault("404", _error("No such resource in the active organization."))
         responses.setdefault("429", _error("Rate limit exceeded; see Retry-After."))
-        responses.setdefault("503", _error("The identity provider's keys or the database are unavailable."))
+        responses.setdefault(
+            "503", _error("The identity provider, the database or storage is unavailable; retry later.")
+        )
     if model is None:
         return
     body_schema = model.model_json_schema(ref_template=REF)

@@ -75,3 +75,16 @@ async def test_openapi_documents_bodies_and_errors(client: httpx.AsyncClient, pa
     for item in spec["paths"].values():
         for operation in item.values():
             assert "200" in operation["responses"]
+
+
+async def test_an_unreachable_database_is_503_not_500(settings: Settings) -> None:
+    broken = Database.from_url("postgresql+asyncpg://nobody@127.0.0.1:1/none", pool_timeout=1)
+    app = create_app(settings, database=broken)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://t"
+    ) as client:
+        response = await client.get("/api/me", headers=auth(make_token()))
+    await broken.dispose()
+    assert response.status_code == 503, response.text
+    assert response.json()["code"] == "service_unavailable"
+    assert response.headers["retry-after"] == "2"

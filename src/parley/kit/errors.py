@@ -12,6 +12,8 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from parley.kit.responses import JSONBytesResponse
@@ -138,6 +140,21 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONBytesResponse:
         return JSONBytesResponse({"detail": _jsonable_errors(exc.errors())}, status_code=422)
+
+    async def _database_unavailable(request: Request, exc: Exception) -> JSONBytesResponse:
+        # Connection loss, a restarting server, SQLite's "database is locked": retryable, not a bug.
+        cause = exc.orig if isinstance(exc, DBAPIError) else exc
+        log.warning("database_unavailable", error_type=type(cause).__name__, path=request.url.path)
+        return error_response(
+            503,
+            "A backing service (the database or storage) is busy or unavailable; the request was not applied. Retry shortly.",
+            "service_unavailable",
+            {"Retry-After": "2"},
+        )
+
+    # asyncpg raises connection failures as plain OSErrors before SQLAlchemy can wrap them.
+    for unavailable in (OperationalError, InterfaceError, PoolTimeout, ConnectionError, TimeoutError):
+        app.add_exception_handler(unavailable, _database_unavailable)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONBytesResponse:

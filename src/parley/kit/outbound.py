@@ -9,8 +9,10 @@ response bodies are read up to a limit.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -101,13 +103,19 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
+@functools.cache
+def _shared_ssl_context() -> ssl.SSLContext:
+    # Loading the CA bundle costs tens of milliseconds; every guarded client shares one context.
+    return httpx.create_ssl_context()
+
+
 class GuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(self, policy: OutboundPolicy, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(verify=_shared_ssl_context(), **kwargs)
         # httpx builds its connection pool without a way to pass a network backend; swap in ours, which
         # vets every address right where the socket is opened.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
+            ssl_context=_shared_ssl_context(),
             max_connections=100,
             max_keepalive_connections=20,
             keepalive_expiry=5.0,
