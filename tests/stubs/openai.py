@@ -7,7 +7,12 @@ Behaviour is chosen by the requested model name, so a test steers it without pat
 - ``error-500`` / ``error-429``: an OpenAI-style error body with that status;
 - ``stall``: waits ``slow_seconds`` before the first byte of the answer;
 - ``slow``: streams its words ``slow_seconds / 10`` apart;
-- ``garbage``: a 200 whose body is not a chat completion.
+- ``garbage``: a 200 whose body is not a chat completion;
+- a sentiment classification (the system message asks for a ``"sentiment"`` JSON object): a JSON
+  verdict on the user message (the caller's turns): ``negative`` with confidence 0.9 when it
+  contains "furious", "fed up" or "nase voll"; the same inside a ```json code fence with words around
+  it for "unverschämt"; ``negative`` with confidence 0.5 for "a bit impatient"; prose instead of JSON
+  for "gibberish" (before any other marker); otherwise ``neutral`` with confidence 0.8.
 Streams send ``chat.completion.chunk`` events, a usage chunk (``stream_options.include_usage``) and
 ``[DONE]``. The server records each request and whether a stream was abandoned by the client.
 """
@@ -37,10 +42,30 @@ class StubState:
     completed_streams: int = 0
 
 
+def _verdict(sentiment: str, confidence: float, reason: str) -> str:
+    return json.dumps({"sentiment": sentiment, "confidence": confidence, "reason": reason})
+
+
+def _classify(user: str) -> str:
+    text = user.casefold()
+    if "gibberish" in text:
+        return "The caller seems somewhat unhappy, I think."
+    if any(marker in text for marker in ("furious", "fed up", "nase voll")):
+        return _verdict("negative", 0.9, "The caller is clearly upset.")
+    if "unverschämt" in text:
+        verdict = _verdict("negative", 0.85, "Der Anrufer ist verärgert.")
+        return f"Hier ist die Bewertung:\n```json\n{verdict}\n```"
+    if "a bit impatient" in text:
+        return _verdict("negative", 0.5, "Slightly impatient.")
+    return _verdict("neutral", 0.8, "A calm request.")
+
+
 def _answer(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
-    user = next(
-        (m.get("content") or "" for m in reversed(body.get("messages", [])) if m.get("role") == "user"), ""
-    )
+    messages = body.get("messages", [])
+    user = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
+    system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
+    if '"sentiment"' in system:
+        return _classify(user), []
     tools = body.get("tools") or []
     if tools and "order" in user.lower():
         digits = "".join(re.findall(r"\d", user)) or "0"

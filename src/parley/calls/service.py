@@ -17,13 +17,15 @@ from ulid import ULID
 
 from parley.auth.principal import OrgContext
 from parley.brain.models import BrainSignal
-from parley.calls import rules
+from parley.calls import rules, sentiment
 from parley.calls.contracts import CallRecordIn, ToolCallRecord, TurnMetrics, TurnRecord, UsageRecord
 from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
+from parley.kit.db import after_commit
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.ids import new_id
+from parley.kit.jobs import JobRunner
 from parley.kit.ranges import parse_range
 from parley.kit.tenancy import get_owned, scoped
 
@@ -66,11 +68,13 @@ async def _recording_filename(session: AsyncSession, record: CallRecordIn) -> st
     return name
 
 
-async def record_call(session: AsyncSession, record: CallRecordIn) -> Call:
+async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobRunner | None = None) -> Call:
     """Store the ended conversation and its brain signals (the record's own and the built-in rules').
 
     Runs inside the caller's transaction and only flushes. A recording name that is malformed or
-    already taken is left out (logged), never a reason to lose the call.
+    already taken is left out (logged), never a reason to lose the call. With ``jobs`` (the app's
+    runner) and an ``openai`` provider configured, the LLM sentiment classifier is queued once the
+    transaction has committed (see :mod:`parley.calls.sentiment`).
     """
     started, ended = _aware(record.started_at), _aware(record.ended_at)
     organization_id = record.organization_id
@@ -140,8 +144,24 @@ async def record_call(session: AsyncSession, record: CallRecordIn) -> Call:
     for rule, finding in findings:
         session.add(signal(rule.type, rule.severity, "rule", to_jsonable_python(finding.details), ended))
     await session.flush()
+    if jobs is not None:
+        await _queue_sentiment(session, jobs, call)
     log.info("call_recorded", call_id=call.id, signals=len(findings) + len(record.signals))
     return call
+
+
+async def _queue_sentiment(session: AsyncSession, jobs: JobRunner, call: Call) -> None:
+    """Queue the LLM sentiment classifier after the commit, when there is something to classify."""
+    if not any(t.get("speaker") == "caller" for t in call.transcript):
+        return
+    if not await sentiment.has_provider(session, call.organization_id):
+        return
+    payload = {"call_id": call.id}
+
+    async def enqueue() -> None:
+        jobs.enqueue(sentiment.SENTIMENT_JOB, payload)
+
+    after_commit(session, enqueue)
 
 
 # --- reading -----------------------------------------------------------------------------------
