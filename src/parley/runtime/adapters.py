@@ -17,8 +17,17 @@ from parley.kit.errors import ParleyError
 from parley.kit.tenancy import scoped
 from parley.knowledge import service as knowledge_service
 from parley.llm import service as llm_service
+from parley.llm.client import StreamEvent, Usage
 from parley.llm.models import LLMUsage
-from parley.runtime.ports import KnowledgeError, LlmError, LlmReply, LlmToolCall, ToolOutcome, ToolSpec
+from parley.runtime.ports import (
+    DeltaSink,
+    KnowledgeError,
+    LlmError,
+    LlmReply,
+    LlmToolCall,
+    ToolOutcome,
+    ToolSpec,
+)
 from parley.tools.executor import InvalidArguments, execute_tool, parameters_of
 from parley.tools.models import Tool
 
@@ -116,13 +125,16 @@ class PlatformLlm:
         self._provider: llm_service.ResolvedProvider | None = None
         self.usage_rows: list[LLMUsage] = []
 
+    async def _resolved(self) -> llm_service.ResolvedProvider:
+        if self._provider is None:
+            self._provider = await llm_service.resolve_provider(
+                self.session, self.settings, self.context, "openai"
+            )
+        return self._provider
+
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LlmReply:
         try:
-            if self._provider is None:
-                self._provider = await llm_service.resolve_provider(
-                    self.session, self.settings, self.context, "openai"
-                )
-            provider = self._provider
+            provider = await self._resolved()
             client, http = llm_service.client_for(self.settings, provider)
             payload: dict[str, Any] = {"model": provider.model, "messages": messages}
             if tools:
@@ -140,4 +152,38 @@ class PlatformLlm:
             prompt_tokens=completion.usage.prompt_tokens,
             completion_tokens=completion.usage.completion_tokens,
             model=completion.model,
+        )
+
+    async def stream(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_delta: DeltaSink
+    ) -> LlmReply:
+        """The streamed completion: text pieces go to ``on_delta`` as the provider sends them."""
+        parts: list[str] = []
+        final: StreamEvent | None = None
+        try:
+            provider = await self._resolved()
+            client, http = llm_service.client_for(self.settings, provider)
+            payload: dict[str, Any] = {"model": provider.model, "messages": messages}
+            if tools:
+                payload["tools"] = tools
+            async with http:
+                async for event in client.stream(payload):
+                    if event.delta:
+                        parts.append(event.delta)
+                        await on_delta(event.delta)
+                    if event.usage is not None:  # the closing event: reassembled calls and usage
+                        final = event
+        except ParleyError as exc:
+            raise LlmError(exc.detail) from exc
+        if final is None or final.finish_reason is None:
+            raise LlmError("The LLM provider's stream ended before the answer was complete.")
+        usage = final.usage or Usage()
+        model = final.model or provider.model
+        self.usage_rows.append(llm_service.usage_row(self.context, provider.key, model, usage, "session"))
+        return LlmReply(
+            content="".join(parts) or None,
+            tool_calls=[LlmToolCall(c.id, c.name, c.arguments) for c in final.tool_calls],
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            model=model,
         )

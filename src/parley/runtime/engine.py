@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -41,6 +42,7 @@ from parley.runtime.ports import (
     LlmError,
     LlmPort,
     LlmReply,
+    StreamingLlmPort,
     ToolOutcome,
     ToolPort,
 )
@@ -60,6 +62,9 @@ DEFAULT_FALLBACK = {
 
 EventType = Literal["say", "tool_call", "signal", "transfer", "end"]
 
+# Receives ``(node_id, text)`` for each piece of an ``llm`` node's text while the model generates it.
+TextSink = Callable[[str, str], Awaitable[None]]
+
 
 @dataclass
 class AgentEvent:
@@ -75,6 +80,8 @@ class TurnResult:
     engine_ms: float = 0.0
     tool_ms: float = 0.0
     llm_ms: float = 0.0
+    # From the start of the turn's first LLM request to the first piece of model text (None: no text).
+    llm_first_token_ms: float | None = None
 
     @property
     def text(self) -> str:
@@ -97,6 +104,8 @@ def _now() -> datetime:
 class _Turn:
     result: TurnResult
     pending_user: str | None = None
+    on_text: TextSink | None = None
+    llm_started: float | None = None
 
 
 class FlowEngine:
@@ -161,9 +170,15 @@ class FlowEngine:
         await self._run(state, turn)
         return self._finish(state, turn, started)
 
-    async def handle(self, state: ConversationState, text: str) -> TurnResult:
-        """Take the caller's message and run until the flow waits again or ends."""
-        turn = _Turn(TurnResult())
+    async def handle(
+        self, state: ConversationState, text: str, *, on_text: TextSink | None = None
+    ) -> TurnResult:
+        """Take the caller's message and run until the flow waits again or ends.
+
+        ``on_text`` receives the text of ``llm`` nodes piece by piece while the model generates it
+        (the same text is in the turn's ``say`` events at the end).
+        """
+        turn = _Turn(TurnResult(), on_text=on_text)
         started = time.perf_counter()
         if state.status != "active":
             return turn.result
@@ -224,6 +239,9 @@ class FlowEngine:
                     turn_index=len(state.metrics),
                     engine_ms=result.engine_ms,
                     tool_ms=round(result.tool_ms, 3) if result.tool_ms else None,
+                    llm_first_token_ms=(
+                        round(result.llm_first_token_ms, 3) if result.llm_first_token_ms is not None else None
+                    ),
                     llm_total_ms=round(result.llm_ms, 3) if result.llm_ms else None,
                 )
             )
@@ -468,7 +486,7 @@ class FlowEngine:
                 {"role": "user", "content": query},
             ]
             try:
-                reply = await self._complete(messages, [], state, turn)
+                reply = await self._complete(messages, [], state, turn, speaking=None)
                 answer = (reply.content or "").strip() or answer
             except LlmError as exc:
                 self._runtime_signal(state, "llm_failure", {"node": node.id, "error": str(exc)[:300]})
@@ -488,12 +506,32 @@ class FlowEngine:
         tools: list[dict[str, Any]],
         state: ConversationState,
         turn: _Turn,
+        *,
+        speaking: str | None,
     ) -> LlmReply:
+        """One LLM call; the text of a call whose answer is said (``speaking`` = its node id) goes to
+        the turn's text sink piece by piece."""
         if self.llm is None:
             raise LlmError("No LLM provider is configured for this organization.")
         started = time.perf_counter()
+        if turn.llm_started is None:
+            turn.llm_started = started
+        first_request = turn.llm_started
+
+        async def on_delta(piece: str) -> None:
+            if not piece:
+                return
+            if turn.result.llm_first_token_ms is None:
+                turn.result.llm_first_token_ms = (time.perf_counter() - first_request) * 1000
+            if speaking is not None and turn.on_text is not None:
+                await turn.on_text(speaking, piece)
+
         try:
-            reply = await self.llm.complete(messages, tools)
+            if isinstance(self.llm, StreamingLlmPort):
+                reply = await self.llm.stream(messages, tools, on_delta)
+            else:
+                reply = await self.llm.complete(messages, tools)
+                await on_delta(reply.content or "")
         finally:
             turn.result.llm_ms += (time.perf_counter() - started) * 1000
         state.usage.llm_prompt_tokens += reply.prompt_tokens
@@ -557,7 +595,9 @@ class FlowEngine:
         try:
             for round_index in range(MAX_TOOL_ROUNDS + 1):
                 last_round = round_index == MAX_TOOL_ROUNDS
-                reply = await self._complete(working, [] if last_round else offer, state, turn)
+                reply = await self._complete(
+                    working, [] if last_round else offer, state, turn, speaking=node.id
+                )
                 if not reply.tool_calls:
                     text = (reply.content or "").strip()
                     memory.messages.append({"role": "assistant", "content": text})
@@ -566,10 +606,12 @@ class FlowEngine:
                     if memory.turns >= node.max_turns and node.next:
                         return node.next
                     return WAIT
+                # Text that comes with function calls ("Let me check that.") has been streamed to
+                # the caller already, so it is said.
+                if reply.content and reply.content.strip():
+                    self._say(turn, state, reply.content.strip(), node.id)
                 for call in reply.tool_calls:
                     if call.name in transitions:
-                        if reply.content:
-                            self._say(turn, state, reply.content.strip(), node.id)
                         return transitions[call.name].next
                 working.append(
                     {

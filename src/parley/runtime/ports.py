@@ -7,8 +7,9 @@ and the OpenAI-compatible client; tests and the benchmark may hand in their own.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 
 @dataclass
@@ -76,4 +77,19 @@ class LlmError(Exception):
 class LlmPort(Protocol):
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LlmReply:
         """One chat completion; raise :class:`LlmError` when it fails."""
+        ...
+
+
+# Receives each piece of the model's text as it is generated.
+DeltaSink = Callable[[str], Awaitable[None]]
+
+
+@runtime_checkable
+class StreamingLlmPort(LlmPort, Protocol):
+    async def stream(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], on_delta: DeltaSink
+    ) -> LlmReply:
+        """One streamed chat completion: text pieces go to ``on_delta`` as they arrive, function calls
+        are reassembled; answers the whole reply. Raise :class:`LlmError` when it fails (also after
+        some text was already handed out)."""
         ...

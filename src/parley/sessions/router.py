@@ -1,18 +1,22 @@
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AsyncExitStack
 from typing import Annotated, Any
 
+import structlog
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
 from parley.audit.service import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
+from parley.auth.principal import OrgContext
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
-from parley.kit.errors import documented
+from parley.kit.errors import ParleyError, documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.runtime.engine import TurnResult
 from parley.sessions import locks, service
@@ -32,17 +36,51 @@ monitoring_router = APIRouter(prefix="/api/monitoring", tags=["Monitoring"])
 
 SessionId = Annotated[str, Path(alias="sessionId", max_length=40, description="Session id (ses_...).")]
 
+log = structlog.get_logger("parley.sessions")
+
 STREAM_DOC = (
     "With `Accept: text/event-stream` or `?stream=true` the answer is a stream of server-sent events: "
-    "one per agent event (`say` with the text, `tool_call`, `signal`, `transfer`, `end`), then `done` "
-    "with the session's status."
+    "`delta` events with the model's text while an llm node generates it, then (once the turn has "
+    "committed) one per agent event (`say` with the text, `tool_call`, `signal`, `transfer`, `end`), "
+    "then `done` with the session's status, or `error` when the turn could not be saved."
 )
 
+TakeOver = Callable[[AsyncExitStack], Coroutine[Any, Any, None]]
 
-async def _serialized(request: Request, session_id: SessionId) -> AsyncIterator[None]:
+# Streamed turns run in tasks of their own; a reference is kept until they finish.
+_RUNNING: set[asyncio.Task[None]] = set()
+
+
+class TurnHold:
+    """The session's turn lock and a turn slot, held for a request; a streamed turn takes them over."""
+
+    def __init__(self) -> None:
+        self.takeover: TakeOver | None = None
+
+    def hand_over(self, run: TakeOver) -> None:
+        """Run ``run`` in a task once the request's transaction has committed; it owns the lock then."""
+        self.takeover = run
+
+
+async def _serialized(request: Request, session_id: SessionId) -> AsyncIterator[TurnHold]:
     # Declared before the database session, so it is released only after the turn has committed.
-    async with locks.hold(session_id), locks.turn_slot(request.app):
-        yield
+    hold = TurnHold()
+    stack = AsyncExitStack()
+    try:
+        await stack.enter_async_context(locks.hold(session_id))
+        await stack.enter_async_context(locks.turn_slot(request.app))
+        yield hold
+    except BaseException:
+        await stack.aclose()
+        raise
+    if hold.takeover is None:
+        await stack.aclose()
+        return
+    # The request's transaction has committed (its session closed before this point): the streamed
+    # turn continues in a task that releases the lock when it has committed in turn.
+    task = asyncio.create_task(hold.takeover(stack))
+    _RUNNING.add(task)
+    task.add_done_callback(_RUNNING.discard)
 
 
 async def _slot(request: Request) -> AsyncIterator[None]:
@@ -50,7 +88,7 @@ async def _slot(request: Request) -> AsyncIterator[None]:
         yield
 
 
-SessionTurnLock = Annotated[None, Depends(_serialized, scope="function")]
+SessionTurnLock = Annotated[TurnHold, Depends(_serialized, scope="function")]
 TurnSlot = Annotated[None, Depends(_slot, scope="function")]
 
 
@@ -62,13 +100,11 @@ def _wants_stream(request: Request, stream: bool) -> bool:
     return stream or "text/event-stream" in request.headers.get("accept", "")
 
 
-def _stream(row: ConversationSession, result: TurnResult) -> StreamingResponse:
+def _turn_events(row: ConversationSession, result: TurnResult) -> list[bytes]:
     out = service.to_turn_out(row, result)
-
-    async def body() -> AsyncIterator[bytes]:
-        for event in out.events:
-            yield _sse(event.type, event.model_dump(mode="json"))
-        yield _sse(
+    events = [_sse(event.type, event.model_dump(mode="json")) for event in out.events]
+    events.append(
+        _sse(
             "done",
             {
                 "session_id": out.id,
@@ -78,8 +114,57 @@ def _stream(row: ConversationSession, result: TurnResult) -> StreamingResponse:
                 "reply": out.reply,
             },
         )
+    )
+    return events
+
+
+def _event_stream(queue: asyncio.Queue[bytes | None]) -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        while (item := await queue.get()) is not None:
+            yield item
 
     return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+
+def _streamed_turn(
+    request: Request, context: OrgContext, session_id: str, text: str, queue: asyncio.Queue[bytes | None]
+) -> TakeOver:
+    """The turn of a streamed message, run in a task of its own: it never depends on the client, so a
+    client that goes away mid-stream does not lose the turn (it completes and commits)."""
+    database = request.app.state.db
+    settings = request.app.state.settings
+
+    async def on_text(node_id: str, piece: str) -> None:
+        queue.put_nowait(_sse("delta", {"node_id": node_id, "text": piece}))
+
+    async def run(stack: AsyncExitStack) -> None:
+        try:
+            async with stack:
+                row, result = await service.send_message_committed(
+                    database, settings, context, session_id, text, on_text=on_text
+                )
+            for event in _turn_events(row, result):
+                queue.put_nowait(event)
+        except ParleyError as exc:
+            queue.put_nowait(
+                _sse("error", {"status": exc.status_code, "code": exc.code, "detail": exc.detail})
+            )
+        except Exception as exc:  # a failed commit: nothing was written; the client may send it again
+            log.error("session_stream_turn_failed", session_id=session_id, error_type=type(exc).__name__)
+            queue.put_nowait(
+                _sse(
+                    "error",
+                    {
+                        "status": 503,
+                        "code": "turn_not_saved",
+                        "detail": "The turn could not be saved; nothing was changed. Send the message again.",
+                    },
+                )
+            )
+        finally:
+            queue.put_nowait(None)
+
+    return run
 
 
 @router.post("", summary="Create Session", response_model=SessionTurnOut, responses=documented(404, 409))
@@ -116,7 +201,7 @@ async def get_session(session: DbSession, context: OrgReader, session_id: Sessio
     },
 )
 async def send_session_message(
-    _lock: SessionTurnLock,
+    hold: SessionTurnLock,
     request: Request,
     session: DbSession,
     context: OrgWriter,
@@ -129,12 +214,18 @@ async def send_session_message(
     Messages to one session are handled one after another, in the order they arrive. 409 when the
     session has ended.
     """
+    if _wants_stream(request, stream):
+        # 404/409 are answered as statuses; the turn itself runs once this request has committed,
+        # and the model's text is streamed while it is generated.
+        row = await service.open_session(session, context.organization_id, session_id)
+        describe(request, "session", row.id)
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        hold.hand_over(_streamed_turn(request, context, row.id, data.text, queue))
+        return _event_stream(queue)
     row, result = await service.send_message(
         session, request.app.state.settings, context, session_id, data.text
     )
     describe(request, "session", row.id)
-    if _wants_stream(request, stream):
-        return _stream(row, result)
     return service.to_turn_out(row, result)
 
 

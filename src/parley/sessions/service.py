@@ -31,7 +31,7 @@ from parley.kit.ids import new_id
 from parley.kit.tenancy import get_owned, scoped
 from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
-from parley.runtime.engine import FlowEngine, TurnResult
+from parley.runtime.engine import FlowEngine, TextSink, TurnResult
 from parley.runtime.state import ConversationState
 from parley.sessions import locks
 from parley.sessions.models import ConversationSession
@@ -236,14 +236,28 @@ async def create_session(
     return row, result
 
 
-async def send_message(
-    session: AsyncSession, settings: Settings, context: OrgContext, session_id: str, text: str
-) -> tuple[ConversationSession, TurnResult]:
-    row = await get_session(session, context.organization_id, session_id, lock=True)
+async def open_session(
+    session: AsyncSession, organization_id: str, session_id: str, *, lock: bool = False
+) -> ConversationSession:
+    """The session, which must still be active (404 unknown, 409 ended)."""
+    row = await get_session(session, organization_id, session_id, lock=lock)
     if row.status != "active":
         raise SessionEnded(
             f"Session {session_id!r} has ended ({row.end_reason or row.outcome}); start a new one."
         )
+    return row
+
+
+async def send_message(
+    session: AsyncSession,
+    settings: Settings,
+    context: OrgContext,
+    session_id: str,
+    text: str,
+    *,
+    on_text: TextSink | None = None,
+) -> tuple[ConversationSession, TurnResult]:
+    row = await open_session(session, context.organization_id, session_id, lock=True)
     state = _state(row)
     try:
         definition = await _definition_of(session, row)
@@ -254,8 +268,34 @@ async def send_message(
         log.warning("session_flow_unavailable", session_id=row.id, reason=exc.detail)
         return row, TurnResult()
     engine, llm = await _engine(session, settings, context, definition)
-    result = await engine.handle(state, text)
+    result = await engine.handle(state, text, on_text=on_text)
     await _save(session, row, state, llm)
+    return row, result
+
+
+async def send_message_committed(
+    database: Database,
+    settings: Settings,
+    context: OrgContext,
+    session_id: str,
+    text: str,
+    *,
+    on_text: TextSink | None = None,
+) -> tuple[ConversationSession, TurnResult]:
+    """``send_message`` in a transaction of its own, committed here (a streamed turn, which outlives
+    its request); the caller holds the session's turn lock. Commit hooks run as for a request."""
+    async with database.write_sessionmaker() as session:
+        try:
+            row, result = await send_message(session, settings, context, session_id, text, on_text=on_text)
+            for hook in session.info.pop("before_commit", []):
+                await hook(session)
+            await session.commit()
+        except BaseException:
+            await session.rollback()
+            raise
+        callbacks = session.info.pop("after_commit", [])
+    for callback in callbacks:
+        await callback()
     return row, result
 
 
