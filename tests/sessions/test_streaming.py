@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from rich.console import Console
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.applications import Starlette
@@ -26,6 +27,7 @@ from parley.app import create_app
 from parley.calls.models import Call
 from parley.config import Settings
 from parley.kit.migrate import upgrade
+from parley.sessions.chat import run_chat
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 from tests.sessions.conftest import Platform
@@ -244,7 +246,13 @@ def live(
         assert configured.status_code == 200, configured.text
         flow = client.post("/api/flows", json={"name": "Slow", "definition": chat_flow()}, headers=headers)
         assert client.post(f"/api/flows/{flow.json()['id']}/publish", headers=headers).status_code == 200
-        yield {"base_url": base_url, "headers": headers, "flow_id": flow.json()["id"]}
+        yield {
+            "base_url": base_url,
+            "headers": headers,
+            "flow_id": flow.json()["id"],
+            "token": token,
+            "org": org.json()["id"],
+        }
 
 
 async def _start(client: httpx.AsyncClient, live: dict[str, Any]) -> str:
@@ -321,3 +329,30 @@ async def test_a_client_that_leaves_mid_stream_does_not_lose_the_turn(
         ]
     # The upstream answer was not cut off: the turn ran to its end.
     assert state.completed_streams == before + 2
+
+
+def test_parley_chat_prints_the_model_text_once_as_it_streams(live: dict[str, Any]) -> None:
+    console = Console(record=True, width=200, color_system=None)
+    lines = iter(["how are you"])
+
+    def read_line(prompt: str) -> str:
+        line = next(lines, None)
+        if line is None:
+            raise EOFError
+        return line
+
+    code = run_chat(
+        url=live["base_url"],
+        token=live["token"],
+        flow=live["flow_id"],
+        org=live["org"],
+        language=None,
+        channel="web",
+        console=console,
+        read_line=read_line,
+    )
+    output = console.export_text()
+    assert code == 0
+    assert output.count("You said: how are you") == 1
+    assert "agent › You said: how are you" in output
+    assert output.strip().endswith("Session ended: completed.")

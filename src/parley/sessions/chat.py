@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -54,6 +56,49 @@ def _show(console: Console, turn: dict[str, Any]) -> None:
             console.print(f"[yellow]  ↪ transfer to {escape(str((event.get('data') or {}).get('to')))}[/]")
 
 
+def _events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:
+    name = ""
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            yield name, json.loads(line[6:])
+
+
+def _show_stream(console: Console, response: httpx.Response) -> dict[str, Any]:
+    """Print a streamed turn: the model's text as it comes, then the turn's other events; answers
+    the ``done`` event's fields (``status``...)."""
+    streamed: dict[str | None, str] = {}  # text printed live per node, not yet matched by a say
+    open_line = False
+    for name, data in _events(response):
+        if name == "delta":
+            if not open_line:
+                console.print("[bold cyan]agent ›[/] ", end="")
+                open_line = True
+            console.print(escape(data.get("text") or ""), end="")
+            streamed[data.get("node_id")] = streamed.get(data.get("node_id"), "") + (data.get("text") or "")
+            continue
+        if open_line:
+            console.print()
+            open_line = False
+        if name == "say":
+            pending = streamed.get(data.get("node_id"), "").lstrip()
+            said = data.get("text") or ""
+            if said and pending.startswith(said):
+                streamed[data.get("node_id")] = pending[len(said) :]  # already on the screen
+                continue
+            _show(console, {"events": [data]})
+        elif name in ("tool_call", "transfer"):
+            _show(console, {"events": [data]})
+        elif name == "error":
+            console.print(f"[red]{escape(str(data.get('detail')))}[/]")
+        elif name == "done":
+            return {"status": data.get("status"), "outcome": data.get("outcome")}
+    if open_line:
+        console.print()
+    return {}
+
+
 def run_chat(
     *,
     url: str,
@@ -96,13 +141,18 @@ def run_chat(
                 break
             if not text:
                 continue
-            response = client.post(f"/api/sessions/{session_id}/messages", json={"text": text[:4000]})
-            if response.status_code != 200:
-                console.print(f"[red]{escape(_detail(response))}[/]")
-                if response.status_code in (404, 409):
-                    break
-                continue
-            turn = response.json()
-            _show(console, turn)
+            with client.stream(
+                "POST",
+                f"/api/sessions/{session_id}/messages",
+                json={"text": text[:4000]},
+                headers={"Accept": "text/event-stream"},
+            ) as response:
+                if response.status_code != 200:
+                    response.read()
+                    console.print(f"[red]{escape(_detail(response))}[/]")
+                    if response.status_code in (404, 409):
+                        break
+                    continue
+                turn = {**turn, **_show_stream(console, response)}
         console.print(f"[dim]Session ended: {turn.get('outcome') or turn.get('status')}.[/]")
     return 0
