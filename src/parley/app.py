@@ -25,6 +25,7 @@ from parley.flows.router import router as flows_router
 from parley.kit.blobs import blob_store_from_settings
 from parley.kit.db import Database
 from parley.kit.errors import install_error_handlers
+from parley.kit.jobs import JobContext, JobRunner
 from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from parley.kit.ratelimit import SlidingWindowLimiter
@@ -43,6 +44,7 @@ from parley.sessions.router import voice_router as session_voice_router
 from parley.sessions.tasks import IdleSweeper
 from parley.system.router import router as system_router
 from parley.tools.router import router as tools_router
+from parley.voice.router import router as inference_router
 
 DESCRIPTION = (
     "Parley's platform API: organizations, API keys, flows, tools, knowledge, sessions, calls and more. "
@@ -73,6 +75,7 @@ ROUTERS = (
     brain_router,
     billing_router,
     reporting_router,
+    inference_router,
 )
 
 
@@ -92,14 +95,15 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             pool_size=settings.db_pool_size,
             pool_timeout=settings.db_pool_timeout,
         )
-        from parley.kit.jobs import JobContext, JobRunner
-
         # Background jobs run in this process; unfinished work recorded in the database is re-queued.
-        app.state.jobs = JobRunner(JobContext(db=app.state.db, state=app.state))
+        if getattr(app.state, "jobs", None) is None:
+            app.state.jobs = JobRunner(JobContext(db=app.state.db, state=app.state))
         app.state.jobs.start()
         await app.state.jobs.recover()
         # Live sessions nobody writes to end after PARLEY_SESSION_IDLE_SECONDS (with their call record).
-        app.state.session_sweeper = IdleSweeper(app.state.db, settings.session_idle_seconds)
+        app.state.session_sweeper = IdleSweeper(
+            app.state.db, settings.session_idle_seconds, jobs=app.state.jobs
+        )
         app.state.session_sweeper.start()
         try:
             yield
@@ -124,6 +128,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.blobs = blob_store_from_settings(settings)
     if database is not None:
         app.state.db = database
+        # A handed-in database may be one shared connection (the tests' rollback-per-test set-up):
+        # jobs then run when drained, never beside a request on that connection.
+        app.state.jobs = JobRunner(JobContext(db=database, state=app.state), workers=0)
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

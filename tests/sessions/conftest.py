@@ -9,7 +9,6 @@ import json
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +21,6 @@ from starlette.routing import Route
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.connector import setup
-from parley.connector.app import create_connector_app
-from parley.connector.config import ConnectorSettings
 from parley.kit.db import Database
 from tests.conftest import auth
 from tests.live import free_port, serve_in_thread
@@ -41,23 +37,6 @@ def order_status_flow() -> dict[str, Any]:
     match = re.search(r"```json\n(.*?)\n```", section, re.S)
     assert match is not None
     return dict(json.loads(match.group(1)))
-
-
-@pytest.fixture(scope="session")
-def connector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The real order connector over HTTP, with 20 demo orders and an API key."""
-    tmp: Path = tmp_path_factory.mktemp("sessions-connector")
-    settings = ConnectorSettings(
-        data_dir=tmp,
-        database_url=f"sqlite+aiosqlite:///{tmp / 'connector.db'}",
-        rate_limit=0,
-        auth_failure_limit=0,
-    )
-    setup.upgrade_database(settings)
-    asyncio.run(setup.write_demo_orders(settings, 20, seed=7, reference=date(2025, 6, 2)))
-    key = setup.create_key(settings, "sessions-tests")
-    with serve_in_thread(create_connector_app(settings)) as url:
-        yield {"url": url, "key": key}
 
 
 async def _slow(request: Request) -> PlainTextResponse:

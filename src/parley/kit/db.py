@@ -139,11 +139,19 @@ def after_commit(session: AsyncSession, callback: AfterCommit) -> None:
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+def _jobs_of(request: Request) -> Any:
+    from parley.kit.jobs import runner_for  # the job runner builds on this module
+
+    return runner_for(request.app.state)
+
+
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
     database: Database = request.app.state.db
     maker = database.sessionmaker if request.method in SAFE_METHODS else database.write_sessionmaker
     async with maker() as session:
         request.state.db_session = session
+        # Services that enqueue work after the commit (call analysis, ingestion) find the runner here.
+        session.info["jobs"] = _jobs_of(request)
         try:
             yield session
         except BaseException:

@@ -78,7 +78,13 @@ registry = JobRegistry()
 
 
 class JobRunner:
-    """An asyncio queue worked by a few tasks in the server process (the embedded default)."""
+    """An asyncio queue worked by a few tasks in the server process (the embedded default).
+
+    With ``workers=0`` nothing runs in the background: queued jobs run one after another when
+    :meth:`drain` is awaited. Apps whose database is one shared connection (the test suite's
+    rollback-per-test set-up) use that mode, since a job's session must not interleave with a
+    request's on the same connection.
+    """
 
     def __init__(self, context: JobContext, *, jobs: JobRegistry = registry, workers: int = 2) -> None:
         self.context = context
@@ -96,8 +102,8 @@ class JobRunner:
         return bool(self._tasks)
 
     def start(self) -> None:
-        """Start the worker tasks (idempotent). Needs a running event loop."""
-        if self._tasks:
+        """Start the worker tasks (idempotent; none with ``workers=0``). Needs a running event loop."""
+        if self._tasks or self.workers == 0:
             return
         self._stopping = False
         loop = asyncio.get_running_loop()
@@ -123,7 +129,8 @@ class JobRunner:
     def enqueue(self, name: str, payload: Payload) -> None:
         if name not in self.jobs.handlers:
             raise KeyError(f"no job handler is registered under {name!r}")
-        self.start()
+        if self.workers > 0:
+            self.start()
         self._unfinished += 1
         self._idle.clear()
         self._queue.put_nowait((name, dict(payload)))
@@ -131,6 +138,13 @@ class JobRunner:
     async def drain(self, seconds: float = 30.0) -> None:
         """Wait until every queued job has run (tests, graceful shutdown); TimeoutError after ``seconds``."""
         async with asyncio.timeout(seconds):
+            if self.workers == 0:
+                while not self._queue.empty():
+                    name, payload = self._queue.get_nowait()
+                    try:
+                        await run_job(self.context, name, payload, self.jobs)
+                    finally:
+                        self._done()
             await self._idle.wait()
 
     async def stop(self, grace: float = 10.0) -> None:

@@ -17,6 +17,7 @@ from parley.auth.principal import OrgContext
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import ParleyError, documented
+from parley.kit.jobs import runner_for
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.runtime.engine import TurnResult
 from parley.sessions import locks, service
@@ -137,11 +138,13 @@ def _streamed_turn(
     async def on_text(node_id: str, piece: str) -> None:
         queue.put_nowait(_sse("delta", {"node_id": node_id, "text": piece}))
 
+    jobs = runner_for(request.app.state)
+
     async def run(stack: AsyncExitStack) -> None:
         try:
             async with stack:
                 row, result = await service.send_message_committed(
-                    database, settings, context, session_id, text, on_text=on_text
+                    database, settings, context, session_id, text, on_text=on_text, jobs=jobs
                 )
             for event in _turn_events(row, result):
                 queue.put_nowait(event)

@@ -28,6 +28,7 @@ from parley.flows.models import Flow, FlowVersion
 from parley.kit.db import Database, utcnow
 from parley.kit.errors import Conflict, NotFound
 from parley.kit.ids import new_id
+from parley.kit.jobs import JobRunner
 from parley.kit.tenancy import get_owned, scoped
 from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
@@ -150,7 +151,7 @@ async def _save(
         row.outcome = state.outcome
         row.end_reason = (state.end_reason or "")[:60] or None
         row.ended_at = now
-        await record_call(session, call_record(row, state))
+        await record_call(session, call_record(row, state), jobs=session.info.get("jobs"))
     try:
         await session.flush()
     except StaleDataError as exc:
@@ -281,10 +282,12 @@ async def send_message_committed(
     text: str,
     *,
     on_text: TextSink | None = None,
+    jobs: JobRunner | None = None,
 ) -> tuple[ConversationSession, TurnResult]:
     """``send_message`` in a transaction of its own, committed here (a streamed turn, which outlives
     its request); the caller holds the session's turn lock. Commit hooks run as for a request."""
     async with database.write_sessionmaker() as session:
+        session.info["jobs"] = jobs
         try:
             row, result = await send_message(session, settings, context, session_id, text, on_text=on_text)
             for hook in session.info.pop("before_commit", []):
@@ -333,7 +336,9 @@ def live_query(organization_id: str) -> Select[ConversationSession]:
 # --- the idle sweeper ------------------------------------------------------------------------------
 
 
-async def sweep_idle(database: Database, idle_seconds: float, *, now: datetime | None = None) -> int:
+async def sweep_idle(
+    database: Database, idle_seconds: float, *, now: datetime | None = None, jobs: JobRunner | None = None
+) -> int:
     """End every session idle for longer than ``idle_seconds`` (outcome abandoned); answer how many."""
     cutoff = (now or utcnow()) - timedelta(seconds=idle_seconds)
     async with database.sessionmaker() as reader:
@@ -346,6 +351,7 @@ async def sweep_idle(database: Database, idle_seconds: float, *, now: datetime |
     ended = 0
     for session_id, organization_id in candidates:
         async with locks.hold(session_id), database.write_sessionmaker() as session:
+            session.info["jobs"] = jobs
             try:
                 row = await get_session(session, organization_id, session_id, lock=True)
                 if row.status != "active" or row.last_activity_at >= cutoff:
@@ -361,6 +367,8 @@ async def sweep_idle(database: Database, idle_seconds: float, *, now: datetime |
                 await _save(session, row, state, None)
                 await session.commit()
                 ended += 1
+                for callback in session.info.pop("after_commit", []):
+                    await callback()
             except (NotFound, Conflict):
                 await session.rollback()
     return ended

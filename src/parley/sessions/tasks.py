@@ -8,6 +8,7 @@ import contextlib
 import structlog
 
 from parley.kit.db import Database
+from parley.kit.jobs import JobRunner
 from parley.sessions.service import sweep_idle
 
 log = structlog.get_logger("parley.sessions")
@@ -16,8 +17,15 @@ log = structlog.get_logger("parley.sessions")
 class IdleSweeper:
     """Every ``interval`` seconds, end sessions idle longer than ``idle_seconds`` (outcome abandoned)."""
 
-    def __init__(self, database: Database, idle_seconds: float, interval: float | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        idle_seconds: float,
+        interval: float | None = None,
+        jobs: JobRunner | None = None,
+    ) -> None:
         self.database = database
+        self.jobs = jobs
         self.idle_seconds = idle_seconds
         self.interval = interval or min(max(idle_seconds / 4, 0.5), 30.0)
         self._task: asyncio.Task[None] | None = None
@@ -37,7 +45,7 @@ class IdleSweeper:
         while True:
             await asyncio.sleep(self.interval)
             try:
-                ended = await sweep_idle(self.database, self.idle_seconds)
+                ended = await sweep_idle(self.database, self.idle_seconds, jobs=self.jobs)
             except Exception as exc:  # the sweeper must outlive a failing database
                 log.warning("session_sweep_failed", error_type=type(exc).__name__)
                 continue
