@@ -1,0 +1,1 @@
+"""Speech engines behind small interfaces (see :mod:`parley.voice.engines.base`)."""
