@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from typing import Any
 
 import httpx
@@ -332,10 +331,15 @@ async def test_offline_engines_report_whether_they_are_installed(client: httpx.A
     if not sphinx["ok"]:
         assert "not installed" in sphinx["detail"]
     espeak = await run_test(client, headers, "espeak")
-    installed = shutil.which("espeak-ng") or shutil.which("espeak")
-    assert espeak["ok"] is bool(installed)
-    if not installed:
-        assert "not installed" in espeak["detail"]
+    installed = importlib.util.find_spec("espeakng_loader") is not None
+    assert espeak["ok"] is installed
+    assert ("is installed" if installed else "not installed") in espeak["detail"]
+    # A voice eSpeak NG lacks, and a recognition language without a model, are named.
+    await put_config(client, headers, "espeak", {"voice": "xx-nope"})
+    assert "no voice 'xx-nope'" in (await run_test(client, headers, "espeak"))["detail"]
+    await put_config(client, headers, "pocketsphinx", {"language": "de-de"})
+    german = await run_test(client, headers, "pocketsphinx")
+    assert german["ok"] is False and "only US English" in german["detail"]
 
 
 async def test_not_configured_provider_cannot_be_tested(client: httpx.AsyncClient) -> None:

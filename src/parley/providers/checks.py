@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import shutil
 import smtplib
 import socket
 import ssl
@@ -261,7 +260,10 @@ async def _check_smtp(settings: Settings, config: SMTPConfig) -> CheckResult:
 
 
 async def _check_pocketsphinx(settings: Settings, config: PocketsphinxConfig) -> CheckResult:
-    if importlib.util.find_spec("pocketsphinx") is None:
+    from parley.voice.engines.base import EngineUnavailable, LanguageUnavailable
+    from parley.voice.engines.sphinx import PocketsphinxStt, normalise_language, sphinx_installed
+
+    if not sphinx_installed():
         return CheckResult(
             False, "PocketSphinx is not installed on this server; install it with 'pip install pocketsphinx'."
         )
@@ -269,22 +271,33 @@ async def _check_pocketsphinx(settings: Settings, config: PocketsphinxConfig) ->
         version = importlib.metadata.version("pocketsphinx")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown version"
-    return CheckResult(True, f"PocketSphinx {version} is installed (offline, language {config.language}).")
+    language = normalise_language(config.language)
+    try:
+        stream = await PocketsphinxStt(language, settings.data_dir / "models").open_stream(language, 16000)
+        await stream.aclose()
+    except (EngineUnavailable, LanguageUnavailable) as exc:
+        return CheckResult(False, exc.detail)
+    return CheckResult(True, f"PocketSphinx {version} is installed (offline, language {language}).")
 
 
 async def _check_espeak(settings: Settings, config: EspeakConfig) -> CheckResult:
-    binary = shutil.which("espeak-ng") or shutil.which("espeak")
-    if binary is None:
-        return CheckResult(False, "eSpeak NG is not installed on this server; install the espeak-ng package.")
+    from parley.voice.engines.base import EngineUnavailable, LanguageUnavailable
+    from parley.voice.engines.espeak import EspeakTts, espeak_installed, espeak_version
+
+    if not espeak_installed():
+        return CheckResult(
+            False, "eSpeak NG is not installed on this server; install it with 'pip install espeakng-loader'."
+        )
+    engine = EspeakTts(config.voice, config.speed)
     try:
-        with anyio.fail_after(_timeout(settings)):
-            result = await anyio.run_process([binary, "--version"], check=False)
-    except (OSError, TimeoutError):
-        return CheckResult(False, f"{binary} is installed but does not run.")
-    if result.returncode != 0:
-        return CheckResult(False, f"{binary} is installed but exits with status {result.returncode}.")
-    version = result.stdout.decode(errors="replace").strip().splitlines()[:1]
-    return CheckResult(True, f"{(version or [binary])[0][:160]} is installed (offline).")
+        audio = [chunk async for chunk in engine.synthesize("ok", sample_rate=16000)]
+    except (EngineUnavailable, LanguageUnavailable) as exc:
+        return CheckResult(False, exc.detail)
+    if not audio:
+        return CheckResult(False, "eSpeak NG is installed but produced no audio.")
+    return CheckResult(
+        True, f"eSpeak NG (espeakng-loader {espeak_version()}) is installed (offline, voice {config.voice})."
+    )
 
 
 Checker = Callable[[Settings, Any], Awaitable[CheckResult]]
