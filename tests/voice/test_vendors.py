@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -104,11 +105,18 @@ async def test_openai_transcription_uploads_a_wav(
 ) -> None:
     config = OpenAISTTConfig(api_key=SecretStr("sk-stt"), base_url=f"{vendor[0]}/v1")
     stream = await OpenAIStt(config, LOOPBACK, 5.0).open_stream("de-DE", 8000, phrases=["Auftrag"])
+
+    async def read() -> list[Transcript]:
+        return [t async for t in stream]
+
+    reader = asyncio.create_task(read())  # a live pipeline reads while it feeds
     audio = tone(8000)
     for offset in range(0, len(audio), 320):
         stream.feed(audio[offset : offset + 320])
+        await asyncio.sleep(0)
+    assert not reader.done()
     await stream.finish()
-    results = [t async for t in stream]
+    results = await reader
     assert results == [Transcript("where is my car", True, 0, int(SPEECH_SECONDS * 1000))]
     request = state.requests[-1]
     assert request["auth"] == "Bearer sk-stt" and request["model"] == "whisper-1"

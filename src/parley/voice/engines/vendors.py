@@ -6,6 +6,7 @@ Every call goes through the SSRF-guarded client. Failures become :class:`VendorE
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -146,6 +147,7 @@ class _BufferedStream(SttStream):
         self.audio: list[bytes] = []
         self.finished = False
         self.closed = False
+        self.done = asyncio.Event()  # set by finish() or aclose(); readers may start before either
 
     def feed(self, pcm16: bytes) -> None:
         if self.finished or self.closed:
@@ -154,16 +156,17 @@ class _BufferedStream(SttStream):
 
     async def finish(self) -> None:
         self.finished = True
+        self.done.set()
 
     async def aclose(self) -> None:
         self.closed = True
         self.audio.clear()
+        self.done.set()
 
     async def __aiter__(self) -> AsyncIterator[Transcript]:
+        await self.done.wait()
         if self.closed:
             return
-        if not self.finished:
-            raise RuntimeError("call finish() before reading a buffered stream's transcript")
         pcm = b"".join(self.audio)
         self.audio.clear()
         if not pcm:
