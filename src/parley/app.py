@@ -138,6 +138,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     upload_limits = {
         "/api/assets": settings.asset_max_bytes + 64 * 1024,
         "/api/knowledge/documents": MAX_DOCUMENT_BYTES + 64 * 1024,
+        "/api/inference/stt": 10 * 1024 * 1024 + 64 * 1024,
     }
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, per_path=upload_limits)
     app.add_middleware(RequestContextMiddleware)
