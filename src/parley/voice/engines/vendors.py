@@ -6,6 +6,7 @@ Every call goes through the SSRF-guarded client. Failures become :class:`VendorE
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -68,8 +69,9 @@ class HttpTts(TtsEngine):
         self.policy = policy
         self.timeout = timeout
 
+    @abc.abstractmethod
     def request(self, text: str, voice: str | None, language: str | None) -> tuple[str, dict[str, Any]]:
-        raise NotImplementedError
+        """The vendor's endpoint and request options for one synthesis."""
 
     async def synthesize(
         self, text: str, *, voice: str | None = None, language: str | None = None, sample_rate: int = 16000
