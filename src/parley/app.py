@@ -45,6 +45,7 @@ from parley.sessions.tasks import IdleSweeper
 from parley.system.router import router as system_router
 from parley.tools.router import router as tools_router
 from parley.voice.router import router as inference_router
+from parley.voice.transport_ws import router as session_audio_router
 
 DESCRIPTION = (
     "Parley's platform API: organizations, API keys, flows, tools, knowledge, sessions, calls and more. "
@@ -76,6 +77,7 @@ ROUTERS = (
     billing_router,
     reporting_router,
     inference_router,
+    session_audio_router,
 )
 
 

@@ -97,6 +97,11 @@ async def _definition_of(session: AsyncSession, row: ConversationSession) -> Flo
     return _parse(flow.definition, "flow's draft")
 
 
+async def definition_of(session: AsyncSession, row: ConversationSession) -> FlowDefinition:
+    """The flow definition a session runs: its published version, or the flow's draft (404, 409)."""
+    return await _definition_of(session, row)
+
+
 async def _engine(
     session: AsyncSession, settings: Settings, context: OrgContext, definition: FlowDefinition
 ) -> tuple[FlowEngine, PlatformLlm | None]:

@@ -54,6 +54,8 @@ class TurnReply:
     ended: bool = False
     outcome: str | None = None
     reason: str | None = None
+    # the words the caller is expected to say next (a grammar for engines that take one); None: any
+    phrases: Sequence[str] | None = None
 
 
 class TurnPort(Protocol):
@@ -137,6 +139,7 @@ class VoicePipeline:
             stop_ms=self.config.stop_ms,
             preroll_ms=self.config.preroll_ms,
         )
+        self.phrases = self.config.phrases
         self.turn_index = 0
         self.ended = False
         self.interruptions = 0
@@ -193,7 +196,7 @@ class VoicePipeline:
     async def _open_utterance(self, preroll: bytes) -> None:
         try:
             stream = await self.stt.open_stream(
-                self.config.language, self.config.sample_rate, phrases=self.config.phrases
+                self.config.language, self.config.sample_rate, phrases=self.phrases
             )
         except Exception as exc:  # an engine failure: say so, keep listening
             self._emit(ErrorFrame("stt_unavailable", _safe(exc, "Speech recognition is not available.")))
@@ -244,6 +247,7 @@ class VoicePipeline:
                 self._emit(ErrorFrame(_code(exc), _safe(exc, "The turn could not be run; say it again.")))
                 return
             self.turn_index += 1
+            self.phrases = reply.phrases
             metrics.engine_ms = reply.result.engine_ms
             metrics.llm_first_token_ms = reply.result.llm_first_token_ms
             speaking = asyncio.create_task(self._speak(self.turn_index, reply, metrics))
