@@ -59,7 +59,7 @@ FRAME_MS = 20
 FRAME_BYTES = SAMPLE_RATE * FRAME_MS // 1000 * 2
 MAX_INPUT_FRAMES = 250  # 5 s of caller audio waiting for the pipeline; older frames go first
 PLAYOUT_LEAD_S = 0.2  # agent audio is sent at most this far ahead of real time
-DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "oh")
+DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403

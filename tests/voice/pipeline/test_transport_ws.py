@@ -294,3 +294,31 @@ async def test_barge_in_over_the_socket_sends_an_interruption(live: dict[str, An
     assert received < 200 and len(audio) == received  # no agent audio after the interruption
     assert [e["type"] for e in after][-2:] == ["metrics", "end"]
     assert fakes.tts.closed >= 1
+
+
+async def test_real_offline_engines_end_to_end(live: dict[str, Any]) -> None:
+    """eSpeak says "one two"; the socket carries it in 20 ms frames to PocketSphinx (with the collect
+    node's digits as phrases), the flow answers, and eSpeak's reply comes back as audio."""
+    from parley.voice.engines.espeak import EspeakTts
+
+    caller = b"".join([c async for c in EspeakTts("en-us").synthesize("one two", sample_rate=16000)])
+    live["app"].state.voice_engines = None  # the flow's engines: eSpeak NG, PocketSphinx, WebRTC VAD
+    session_id = new_session(live)
+    url = f"{live['ws']}/api/sessions/{session_id}/audio"
+    audio: list[bytes] = []
+    async with connect(url, additional_headers=live["headers"]) as ws:
+        await ws.recv()
+        pcm = SILENCE * 15 + caller + SILENCE * 60
+        for start in range(0, len(pcm), 640):
+            await ws.send(pcm[start : start + 640])
+        events = await events_until(ws, "end", audio)
+        assert await close_code(ws) == 1000
+    finals = [e["text"] for e in events if e["type"] == "transcript" and e["final"]]
+    assert finals == ["one two"]
+    replies = [e["text"] for e in events if e["type"] == "agent_text"]
+    assert replies == ["Thanks, your number is 12."]
+    assert len(audio) > 25 and all(len(a) == 640 for a in audio)  # at least half a second of voice
+    assert any(a != bytes(640) for a in audio)
+    metrics = next(e for e in events if e["type"] == "metrics")
+    assert metrics["stt_final_ms"] is not None and metrics["tts_first_byte_ms"] is not None
+    assert call_of(live, session_id)["outcome"] == "completed"
