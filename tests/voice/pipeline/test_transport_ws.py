@@ -18,6 +18,7 @@ from parley.app import create_app
 from parley.config import Settings
 from parley.kit.migrate import upgrade
 from parley.voice.transport_ws import Engines
+from tests import pg
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, FrameTts, LoudnessVad, ScriptedStt
@@ -58,11 +59,26 @@ class Fakes:
         return Engines(self.stt, self.tts, self.vad)
 
 
+@pytest.fixture(scope="module", params=["sqlite", pg.ENGINE_NAME])
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database of the module's own: the server commits for real."""
+    if request.param == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('voice_db') / 'voice.db'}"
+        upgrade(url)
+        yield url
+        return
+    name, url = pg.create_database("parley_voice_ws")
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        pg.drop_database(name)
+
+
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def live(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[dict[str, Any]]:
     data_dir: Path = tmp_path_factory.mktemp("voice_ws")
-    url = f"sqlite+aiosqlite:///{data_dir / 'voice.db'}"
-    upgrade(url)
+    url = database_url
     settings = Settings(
         data_dir=data_dir,
         database_url=url,
@@ -217,6 +233,21 @@ async def test_refusals_close_with_their_codes(live: dict[str, Any]) -> None:
     missing = f"{live['ws']}/api/sessions/ses_missing/audio"
     async with connect(missing, additional_headers=live["headers"]) as ws:
         assert await close_code(ws) == 4404
+    keys = f"{live['url']}/api/api-keys"
+    reader = httpx.post(keys, json={"name": "reader", "scopes": ["read"]}, headers=live["headers"])
+    assert reader.status_code == 200, reader.text
+    async with connect(f"{url}?token={reader.json()['secret']}") as ws:  # a viewer's key may not talk
+        assert await close_code(ws) == 4403
+    writer = httpx.post(keys, json={"name": "writer", "scopes": ["write"]}, headers=live["headers"])
+    async with connect(f"{url}?token={writer.json()['secret']}") as ws:  # an API key: its organization
+        assert json.loads(await ws.recv())["type"] == "ready"
+    gone = wait_ended(live, session_id)  # the client went away: the session ended with it
+    assert (gone["outcome"], gone["end_reason"]) == ("abandoned", "caller_hung_up")
+    assert call_of(live, session_id)["outcome"] == "abandoned"
+    async with connect(url, additional_headers=live["headers"]) as ws:
+        assert await close_code(ws) == 4409
+    session_id = new_session(live)
+    url = f"{live['ws']}/api/sessions/{session_id}/audio"
     ended = httpx.post(f"{live['url']}/api/sessions/{session_id}/end", headers=live["headers"])
     assert ended.status_code == 200, ended.text
     async with connect(url, additional_headers=live["headers"]) as ws:
