@@ -65,6 +65,7 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 CLOSE_ENDED = 4409
+CLOSE_RATE_LIMITED = 4429
 CLOSE_UNAVAILABLE = 4503
 
 
@@ -176,6 +177,10 @@ async def _open(websocket: WebSocket, session_id: str) -> _Opened:
     async with state.db.sessionmaker() as session:
         principal = await _principal(websocket, session)
         context = await _context(websocket, session, principal)
+        limiter = state.rate_limiter
+        decision = limiter.hit(f"{principal.kind}:{principal.id}")
+        if not decision.allowed:
+            raise _Refused(CLOSE_RATE_LIMITED, f"Rate limit exceeded; retry in {decision.retry_after} s.")
         if not context.role.at_least(Role.member):
             raise _Refused(CLOSE_FORBIDDEN, "Talking to a session needs the member role or higher.")
         try:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from parley.voice.pipeline.frames import (
     AgentText,
@@ -188,3 +189,20 @@ def test_frame_queue_bounds_data_and_keeps_control_frames() -> None:
     while (frame := queue.get_nowait()) is not None:
         rest.append(frame)
     assert rest == [AgentText("kept", 1), Interrupt(1)] and queue.data_frames == 0
+
+
+async def test_a_session_ended_elsewhere_ends_the_pipeline() -> None:
+    class Ended(Exception):
+        code = "session_ended"
+        detail = "Session 'ses_x' has ended (idle_timeout); start a new one."
+
+    class EndedTurns(FakeTurns):
+        async def turn(self, text: str) -> Any:
+            raise Ended()
+
+    pipeline = make(ScriptedStt("hello"), FrameTts(), EndedTurns())
+    await say(pipeline)
+    frames = await collect_until(pipeline, EndFrame)
+    error = next(f for f in frames if isinstance(f, ErrorFrame))
+    assert error.code == "session_ended" and "idle_timeout" in error.detail
+    assert pipeline.ended and frames[-1] == EndFrame(None, "session_ended")

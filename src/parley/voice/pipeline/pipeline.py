@@ -245,6 +245,9 @@ class VoicePipeline:
                 reply = await self.turns.turn(text)
             except Exception as exc:
                 self._emit(ErrorFrame(_code(exc), _safe(exc, "The turn could not be run; say it again.")))
+                if _code(exc) == "session_ended":  # ended elsewhere (/end, the idle sweeper)
+                    self.ended = True
+                    self._emit(EndFrame(None, "session_ended"))
                 return
             self.turn_index += 1
             self.phrases = reply.phrases
