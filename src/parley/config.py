@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -26,6 +26,17 @@ def _split_csv(value: object) -> object:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
+
+
+def _log_level(value: str) -> str:
+    level = value.upper()
+    if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+        raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
+    return level
+
+
+LogLevel = Annotated[str, AfterValidator(_log_level)]
+"""A log level name, any case, stored upper-case (shared by the platform and the connector)."""
 
 
 class Settings(BaseSettings):
@@ -60,7 +71,7 @@ class Settings(BaseSettings):
     outbound_timeout: float = Field(default=10.0, gt=0)
     llm_timeout: float = Field(default=60.0, gt=0, le=600, description="Seconds an LLM call may take.")
 
-    log_level: str = "INFO"
+    log_level: LogLevel = "INFO"
     log_json: bool = True
 
     # Blob storage (recordings, assets, avatars, documents): empty or file:///path → a local directory
@@ -79,14 +90,6 @@ class Settings(BaseSettings):
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
-
-    @field_validator("log_level")
-    @classmethod
-    def _level(cls, value: str) -> str:
-        level = value.upper()
-        if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
-            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
-        return level
 
     @cached_property
     def resolved_database_url(self) -> str:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from urllib.parse import quote
 
 import anyio.to_thread
@@ -33,7 +31,7 @@ from parley.kit.errors import (
     ServiceUnavailable,
 )
 from parley.kit.ids import new_id
-from parley.kit.ranges import parse_range
+from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned
 from parley.organizations.models import Organization, Role
 
@@ -194,14 +192,7 @@ async def delete_asset(session: AsyncSession, blobs: BlobStore, context: OrgCont
     return asset
 
 
-@dataclass(frozen=True)
-class Content:
-    chunks: AsyncIterator[bytes]
-    status: int
-    headers: dict[str, str]
-
-
-async def open_content(blobs: BlobStore, asset: Asset, extension: str, range_header: str | None) -> Content:
+async def open_content(blobs: BlobStore, asset: Asset, extension: str, range_header: str | None) -> Download:
     try:
         size = await blobs.size(asset.blob_key)
     except BlobNotFound as exc:
@@ -209,22 +200,14 @@ async def open_content(blobs: BlobStore, asset: Asset, extension: str, range_hea
         raise NotFound(f"The content of asset {asset.id!r} is missing from storage.") from exc
     except BlobStoreError as exc:
         raise ServiceUnavailable("The file storage is unavailable; try again later.") from exc
-    headers = {
-        "Content-Disposition": content_disposition(asset, extension),
-        "X-Content-Type-Options": "nosniff",
-        "Accept-Ranges": "bytes",
-        "ETag": f'"{asset.sha256}"',
-        "Cache-Control": "private, max-age=0, must-revalidate",
-        "Content-Security-Policy": "default-src 'none'; sandbox",
-    }
-    selected = parse_range(range_header, size, "asset")
-    if selected is None:
-        headers["Content-Length"] = str(size)
-        return Content(blobs.stream(asset.blob_key), 200, headers)
-    start, end = selected
-    headers["Content-Length"] = str(end - start + 1)
-    headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-    return Content(blobs.stream(asset.blob_key, start, end), 206, headers)
+    return ranged_download(
+        blobs,
+        asset.blob_key,
+        size,
+        range_header,
+        "asset",
+        {"Content-Disposition": content_disposition(asset, extension), "ETag": f'"{asset.sha256}"'},
+    )
 
 
 AVATAR_MAX_BYTES = 5 * 1024 * 1024

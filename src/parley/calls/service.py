@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +24,7 @@ from parley.kit.db import after_commit
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobRunner
-from parley.kit.ranges import parse_range
+from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
 
 log = structlog.get_logger("parley.calls")
@@ -208,16 +206,9 @@ async def to_full(session: AsyncSession, call: Call) -> CallOut:
     )
 
 
-@dataclass(frozen=True)
-class Recording:
-    chunks: AsyncIterator[bytes]
-    status: int
-    headers: dict[str, str]
-
-
 async def open_recording(
     session: AsyncSession, blobs: BlobStore, context: OrgContext, filename: str, range_header: str | None
-) -> Recording:
+) -> Download:
     """The recording named ``filename`` of one of the organization's calls; the name is only ever a
     lookup key in the calls table, never part of a path."""
     missing = NotFound(f"No recording named {filename!r} exists in this organization.")
@@ -235,18 +226,11 @@ async def open_recording(
         raise missing from exc
     except BlobStoreError as exc:
         raise ServiceUnavailable("The file storage is unavailable; try again later.") from exc
-    headers = {
-        "Content-Disposition": f'attachment; filename="{filename}"',
-        "X-Content-Type-Options": "nosniff",
-        "Accept-Ranges": "bytes",
-        "Cache-Control": "private, max-age=0, must-revalidate",
-        "Content-Security-Policy": "default-src 'none'; sandbox",
-    }
-    selected = parse_range(range_header, size, "recording")
-    if selected is None:
-        headers["Content-Length"] = str(size)
-        return Recording(blobs.stream(call.blob_key), 200, headers)
-    start, end = selected
-    headers["Content-Length"] = str(end - start + 1)
-    headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-    return Recording(blobs.stream(call.blob_key, start, end), 206, headers)
+    return ranged_download(
+        blobs,
+        call.blob_key,
+        size,
+        range_header,
+        "recording",
+        {"Content-Disposition": f'attachment; filename="{filename}"'},
+    )

@@ -10,7 +10,6 @@ response bytes are the same whichever layer answers.
 """
 
 # No `from __future__ import annotations`: FastAPI must resolve the closures in route signatures.
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -26,6 +25,7 @@ from parley.connector.errors import ConnectorError, StoreUnavailable, envelope_e
 from parley.connector.repository import OrderStore, make_store
 from parley.connector.schemas import ErrorEnvelope, Health, OrderEnvelope
 from parley.connector.service import OrderGate, reject_key_in_query
+from parley.kit import logging as kit_logging
 
 log = structlog.get_logger("parley.connector")
 
@@ -200,10 +200,10 @@ def create_connector_app(
 
 
 def configure_logging(settings: ConnectorSettings) -> None:
-    """Level filter for a connector process; leaves an embedding process's configuration alone."""
+    """The platform's JSON logs (with redaction) for a connector process; an embedding process keeps
+    its own configuration."""
     if not structlog.is_configured():
-        level = logging.getLevelNamesMapping()[settings.log_level]
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(level))
+        kit_logging.configure_logging(settings.log_level)
 
 
 def create_app_from_env() -> ConnectorApp:

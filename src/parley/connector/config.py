@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+
+from parley.config import LogLevel
 
 
 class ConnectorConfigError(Exception):
@@ -46,15 +48,7 @@ class ConnectorSettings(BaseSettings):
         description="How long the in-memory key table is trusted (revocation delay).",
     )
     pg_pool_size: int = Field(default=16, ge=1, le=200)
-    log_level: str = "INFO"
-
-    @field_validator("log_level")
-    @classmethod
-    def _level(cls, value: str) -> str:
-        level = value.upper()
-        if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
-            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
-        return level
+    log_level: LogLevel = "INFO"
 
     @property
     def resolved_database_url(self) -> str:

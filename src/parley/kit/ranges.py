@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from parley.kit.blobs import BlobStore
 from parley.kit.errors import ParleyError
 
 
@@ -46,3 +50,34 @@ def parse_range(header: str | None, size: int, what: str = "file") -> tuple[int,
             headers={"Content-Range": f"bytes */{size}"},
         )
     return start, min(int(last), size - 1) if last else size - 1
+
+
+# Headers every stored-file download carries: never rendered inline, never sniffed, never cached shared.
+DOWNLOAD_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Accept-Ranges": "bytes",
+    "Cache-Control": "private, max-age=0, must-revalidate",
+    "Content-Security-Policy": "default-src 'none'; sandbox",
+}
+
+
+@dataclass(frozen=True)
+class Download:
+    chunks: AsyncIterator[bytes]
+    status: int
+    headers: dict[str, str]
+
+
+def ranged_download(
+    blobs: BlobStore, key: str, size: int, range_header: str | None, what: str, headers: dict[str, str]
+) -> Download:
+    """The whole blob (200) or the requested byte range (206), with the download headers."""
+    headers = {**DOWNLOAD_HEADERS, **headers}
+    selected = parse_range(range_header, size, what)
+    if selected is None:
+        headers["Content-Length"] = str(size)
+        return Download(blobs.stream(key), 200, headers)
+    start, end = selected
+    headers["Content-Length"] = str(end - start + 1)
+    headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+    return Download(blobs.stream(key, start, end), 206, headers)
