@@ -11,9 +11,9 @@ _SCOPE_ROLE = {"admin": Role.admin, "write": Role.member, "read": Role.viewer}
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a user (from a JWT) or an organization's API key."""
+    """Who is calling: a user (from a JWT), an organization's API key, or a short-lived stream token."""
 
-    kind: Literal["user", "api_key"]
+    kind: Literal["user", "api_key", "stream"]
     id: str
     subject: str | None = None
     email: str | None = None

@@ -14,6 +14,7 @@ from starlette.responses import Response
 from parley.audit.service import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.auth.principal import OrgContext
+from parley.auth.stream_tokens import issue_stream_token
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import ParleyError, documented
@@ -23,6 +24,7 @@ from parley.runtime.engine import TurnResult
 from parley.sessions import locks, service
 from parley.sessions.models import ConversationSession
 from parley.sessions.schemas import (
+    AudioTokenOut,
     LiveSessionOut,
     MessageIn,
     SessionCreate,
@@ -263,6 +265,30 @@ async def create_session_voice(
     row = await service.set_voiced(session, context.organization_id, session_id, data.voiced)
     describe(request, "session", row.id, voiced=data.voiced)
     return service.to_out(row)
+
+
+@voice_router.post(
+    "/{sessionId}/audio-token",
+    summary="create_session_audio_token",
+    response_model=AudioTokenOut,
+    responses=documented(409),
+)
+async def create_session_audio_token(
+    request: Request, session: DbSession, context: OrgWriter, session_id: SessionId
+) -> AudioTokenOut:
+    """A token valid for five minutes that opens this session's audio WebSocket from a browser.
+
+    Browsers cannot set headers on a WebSocket; pass it as ``?token=``. 404 for an unknown session,
+    409 when it has already ended.
+    """
+    row = await service.open_session(session, context.organization_id, session_id)
+    token, expires_at = issue_stream_token(
+        request.app.state.settings,
+        organization_id=context.organization_id,
+        session_id=row.id,
+        issued_by=context.principal.id,
+    )
+    return AudioTokenOut(token=token, expires_at=expires_at, audio_path=f"/api/sessions/{row.id}/audio")
 
 
 @monitoring_router.get("/sessions/live", summary="List Live Sessions", response_model=Page[LiveSessionOut])

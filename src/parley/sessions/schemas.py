@@ -47,6 +47,14 @@ class VoiceIn(StrictModel):
     voiced: bool
 
 
+class AudioTokenOut(BaseModel):
+    """A short-lived token that opens this session's audio WebSocket (``?token=``)."""
+
+    token: str
+    expires_at: datetime
+    audio_path: str = Field(description="The WebSocket path to open with the token.")
+
+
 class AgentEventOut(BaseModel):
     type: Literal["say", "tool_call", "signal", "transfer", "end"]
     node_id: str | None = None

@@ -24,6 +24,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from parley.auth.dependencies import resolve_membership_role
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.service import API_KEY_PREFIX, principal_from_api_key, user_from_claims
+from parley.auth.stream_tokens import is_stream_token, verify_stream_token
 from parley.flows.definition import CollectNode, FlowDefinition
 from parley.kit.errors import NotFound, ParleyError
 from parley.kit.jobs import runner_for
@@ -145,6 +146,18 @@ async def _principal(websocket: WebSocket, session: Any) -> Principal:
         raise _Refused(CLOSE_UNAUTHORIZED, exc.detail) from exc
 
 
+def _stream_grant(websocket: WebSocket, session_id: str) -> OrgContext | None:
+    """The context a short-lived ``pst_`` token in ``?token=`` grants (member on this one session)."""
+    token = websocket.query_params.get("token", "").strip()
+    if not is_stream_token(token):
+        return None
+    try:
+        grant = verify_stream_token(websocket.app.state.settings, token, session_id=session_id, purpose="audio")
+    except ParleyError as exc:
+        raise _Refused(CLOSE_UNAUTHORIZED, exc.detail) from exc
+    return OrgContext(grant.organization_id, Role.member, Principal(kind="stream", id=grant.issued_by))
+
+
 async def _context(websocket: WebSocket, session: Any, principal: Principal) -> OrgContext:
     requested = (
         websocket.headers.get("x-organization-id", "").strip()
@@ -175,8 +188,12 @@ class _Opened:
 async def _open(websocket: WebSocket, session_id: str) -> _Opened:
     state = websocket.app.state
     async with state.db.sessionmaker() as session:
-        principal = await _principal(websocket, session)
-        context = await _context(websocket, session, principal)
+        granted = _stream_grant(websocket, session_id)
+        if granted is not None:
+            context, principal = granted, granted.principal
+        else:
+            principal = await _principal(websocket, session)
+            context = await _context(websocket, session, principal)
         limiter = state.rate_limiter
         decision = limiter.hit(f"{principal.kind}:{principal.id}")
         if not decision.allowed:

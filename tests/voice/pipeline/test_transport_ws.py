@@ -220,6 +220,28 @@ async def test_the_token_and_organization_may_come_in_the_query_string(live: dic
     assert row["outcome"] == "completed" and row["end_reason"] == "caller_ended"
 
 
+async def test_a_short_lived_stream_token_opens_only_its_own_session(live: dict[str, Any]) -> None:
+    use_fakes(live)
+    session_id, other_session = new_session(live), new_session(live)
+    issued = httpx.post(f"{live['url']}/api/sessions/{session_id}/audio-token", headers=live["headers"])
+    assert issued.status_code == 200, issued.text
+    grant = issued.json()
+    assert grant["token"].startswith("pst_") and grant["audio_path"] == f"/api/sessions/{session_id}/audio"
+    async with connect(f"{live['ws']}/api/sessions/{other_session}/audio?token={grant['token']}") as ws:
+        assert await close_code(ws) == 4401  # bound to the session it was issued for
+    tampered = grant["token"][:-2] + ("AA" if not grant["token"].endswith("AA") else "BB")
+    async with connect(f"{live['ws']}{grant['audio_path']}?token={tampered}") as ws:
+        assert await close_code(ws) == 4401
+    async with connect(f"{live['ws']}{grant['audio_path']}?token={grant['token']}") as ws:  # no org needed
+        assert json.loads(await ws.recv())["type"] == "ready"
+        await ws.send(json.dumps({"type": "end"}))
+        assert await close_code(ws) == 1000
+    foreign = httpx.post(f"{live['url']}/api/sessions/{session_id}/audio-token", headers=live["other"])
+    assert foreign.status_code == 404
+    ended = httpx.post(f"{live['url']}/api/sessions/{session_id}/audio-token", headers=live["headers"])
+    assert ended.status_code == 409
+
+
 async def test_refusals_close_with_their_codes(live: dict[str, Any]) -> None:
     use_fakes(live)
     session_id = new_session(live)
