@@ -152,7 +152,9 @@ def _stream_grant(websocket: WebSocket, session_id: str) -> OrgContext | None:
     if not is_stream_token(token):
         return None
     try:
-        grant = verify_stream_token(websocket.app.state.settings, token, session_id=session_id, purpose="audio")
+        grant = verify_stream_token(
+            websocket.app.state.settings, token, session_id=session_id, purpose="audio"
+        )
     except ParleyError as exc:
         raise _Refused(CLOSE_UNAUTHORIZED, exc.detail) from exc
     return OrgContext(grant.organization_id, Role.member, Principal(kind="stream", id=grant.issued_by))
