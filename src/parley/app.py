@@ -25,10 +25,10 @@ from parley.flows.router import router as flows_router
 from parley.kit.blobs import blob_store_from_settings
 from parley.kit.db import Database
 from parley.kit.errors import install_error_handlers
-from parley.kit.jobs import JobContext, JobRunner
+from parley.kit.jobs import JobContext, JobRunner, queue_from_settings
 from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
-from parley.kit.ratelimit import SlidingWindowLimiter
+from parley.kit.ratelimit import limiter_from_settings
 from parley.kit.responses import JSONBytesResponse
 from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
@@ -38,6 +38,7 @@ from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
 from parley.providers.router import router as providers_router
 from parley.reporting.router import router as reporting_router
+from parley.sessions.registry import registry_from_settings
 from parley.sessions.router import monitoring_router as live_sessions_router
 from parley.sessions.router import router as sessions_router
 from parley.sessions.router import voice_router as session_voice_router
@@ -97,11 +98,15 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             pool_size=settings.db_pool_size,
             pool_timeout=settings.db_pool_timeout,
         )
-        # Background jobs run in this process; unfinished work recorded in the database is re-queued.
+        # Background jobs run in this process, or with PARLEY_REDIS_URL in `parley worker` processes;
+        # unfinished work recorded in the database is re-queued.
         if getattr(app.state, "jobs", None) is None:
-            app.state.jobs = JobRunner(JobContext(db=app.state.db, state=app.state))
+            app.state.jobs = queue_from_settings(JobContext(db=app.state.db, state=app.state), settings)
         app.state.jobs.start()
         await app.state.jobs.recover()
+        # Live audio streams held by this process, and control messages for them from any process.
+        app.state.live_sessions = registry_from_settings(settings)
+        await app.state.live_sessions.start()
         # Live sessions nobody writes to end after PARLEY_SESSION_IDLE_SECONDS (with their call record).
         app.state.session_sweeper = IdleSweeper(
             app.state.db, settings.session_idle_seconds, jobs=app.state.jobs
@@ -112,6 +117,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         finally:
             await app.state.session_sweeper.stop()
             await app.state.jobs.stop()
+            await app.state.live_sessions.stop()
+            await app.state.rate_limiter.aclose()
             if owned:
                 await app.state.db.dispose()
 
@@ -125,7 +132,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     )
     app.state.settings = settings
     app.state.token_verifier = TokenVerifier(settings)
-    app.state.rate_limiter = SlidingWindowLimiter(settings.rate_limit_per_minute)
+    app.state.rate_limiter = limiter_from_settings(settings)
     app.state.known_users = KnownUsers()
     app.state.blobs = blob_store_from_settings(settings)
     if database is not None:

@@ -232,6 +232,49 @@ def serve(
     _run_platform(settings, host, port, workers)
 
 
+@app.command()
+def worker(
+    concurrency: Annotated[int, typer.Option(min=1, max=256, help="Jobs run at the same time.")] = 4,
+    grace: Annotated[
+        int, typer.Option(min=0, max=3600, help="Seconds running jobs get to finish on SIGTERM.")
+    ] = 30,
+    metrics_port: Annotated[
+        int | None, typer.Option(min=1, max=65535, help="Serve Prometheus metrics on this port.")
+    ] = None,
+) -> None:
+    """Run background jobs from the Redis queue (distributed mode; needs PARLEY_REDIS_URL).
+
+    Knowledge ingestion, call analysis and every other job run here with the same handlers as in the
+    embedded default. On SIGTERM or Ctrl-C the worker takes no new jobs, lets the running ones finish
+    (up to --grace seconds; the rest go back to the queue) and exits.
+    """
+    settings = _settings()
+    if not settings.redis_url:
+        console.print(
+            "[red]PARLEY_REDIS_URL is not set;[/red] without Redis, jobs run inside `parley serve`/`parley up`."
+        )
+        raise typer.Exit(2)
+    import asyncio
+
+    from parley.kit.logging import configure_logging
+    from parley.kit.migrate import is_current
+    from parley.kit.queue import run_worker
+    from parley.kit.redis import redacted_url
+
+    configure_logging(settings.log_level, settings.log_json)
+    with _database_errors(settings):
+        current = is_current(settings.resolved_database_url)
+    if not current:
+        console.print("[red]The database schema is not up to date;[/red] run `parley db upgrade` first.")
+        raise typer.Exit(2)
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=settings.host)
+    console.print(f"Parley worker: jobs from {redacted_url(settings.redis_url)}, {concurrency} at a time.")
+    asyncio.run(run_worker(settings, concurrency=concurrency, grace=grace))
+
+
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision.")] = "heads") -> None:
     """Apply migrations up to REVISION (default: the newest)."""

@@ -86,6 +86,19 @@ class Settings(BaseSettings):
         default=300.0, gt=0, description="A live session without a message this long ends (abandoned)."
     )
 
+    # Distributed mode (docs/scale-out.md): with a Redis URL, background jobs go to a Redis queue worked
+    # by `parley worker` processes, and rate limits, the live-session registry and session control
+    # (pub/sub) are shared by every API process. Without it everything stays in the process.
+    redis_url: str | None = Field(default=None, description="redis:// or rediss:// URL (distributed mode).")
+    redis_prefix: str = Field(
+        default="parley",
+        min_length=1,
+        max_length=60,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Prefix of every Redis key and channel Parley uses (several deployments can share a server).",
+    )
+    job_max_tries: int = Field(default=5, ge=1, le=50, description="Tries of a job failing transiently.")
+
     @field_validator("admin_subjects", "outbound_allowlist", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
@@ -169,6 +182,8 @@ def prepare_settings(settings: Settings | None = None) -> Settings:
         raise ConfigError("PARLEY_AUTH_JWT_SECRET must be at least 32 characters long.")
     for entry in settings.outbound_allowlist:
         _check_allowlist_entry(entry)
+    if settings.redis_url is not None:
+        _check_redis_url(settings)
 
     if settings.auth_jwt_secret is None and not settings.auth_jwks_url:
         secret = _read_or_create(settings.data_dir / "jwt_secret", secrets.token_urlsafe(48))
@@ -177,6 +192,33 @@ def prepare_settings(settings: Settings | None = None) -> Settings:
         settings.secret_key = SecretStr(_read_or_create(settings.data_dir / "secret_key", _new_secret_key()))
     settings.secret_key_bytes()  # raises ConfigError when malformed
     return settings
+
+
+def _check_redis_url(settings: Settings) -> None:
+    # The URL may carry a password: messages name the scheme only, never the URL.
+    url = settings.redis_url.strip() if settings.redis_url else ""
+    if not url:
+        settings.redis_url = None
+        return
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in ("redis", "rediss"):
+        shown = f"a URL starting with {scheme!r}" if scheme else "a value without a scheme"
+        raise ConfigError(f"PARLEY_REDIS_URL must start with redis:// or rediss:// (got {shown}).")
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+    except ValueError:
+        raise ConfigError(
+            "PARLEY_REDIS_URL is not a valid URL (check the host, port and password)."
+        ) from None
+    if not parts.hostname:
+        raise ConfigError("PARLEY_REDIS_URL must name a host, e.g. redis://127.0.0.1:6379/0.")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ConfigError("PARLEY_REDIS_URL's path must be a database number, e.g. redis://host:6379/0.")
+    settings.redis_url = url
 
 
 def _check_allowlist_entry(entry: str) -> None:

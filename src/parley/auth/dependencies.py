@@ -18,7 +18,7 @@ from parley.auth.service import API_KEY_PREFIX, principal_from_api_key, user_fro
 from parley.auth.tokens import TokenVerifier
 from parley.kit.db import DbSession
 from parley.kit.errors import BadRequest, Forbidden, NotFound, TooManyRequests, Unauthorized
-from parley.kit.ratelimit import SlidingWindowLimiter
+from parley.kit.ratelimit import RateLimiter
 from parley.organizations.models import Membership, Role
 
 # Declares the bearer scheme in OpenAPI; the header itself is read below for precise error messages.
@@ -49,8 +49,8 @@ async def get_principal(
         principal = await user_from_claims(
             session, claims, app_state.settings.admin_subjects, app_state.known_users
         )
-    limiter: SlidingWindowLimiter = app_state.rate_limiter
-    decision = limiter.hit(f"{principal.kind}:{principal.id}")
+    limiter: RateLimiter = app_state.rate_limiter
+    decision = await limiter.check(f"{principal.kind}:{principal.id}")
     if not decision.allowed:
         raise TooManyRequests(
             f"Rate limit of {limiter.limit} requests per minute exceeded; retry in {decision.retry_after} s.",

@@ -23,7 +23,7 @@ from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
 from parley.kit.db import after_commit
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.ids import new_id
-from parley.kit.jobs import JobRunner
+from parley.kit.jobs import JobQueue
 from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
 
@@ -66,7 +66,7 @@ async def _recording_filename(session: AsyncSession, record: CallRecordIn) -> st
     return name
 
 
-async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobRunner | None = None) -> Call:
+async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQueue | None = None) -> Call:
     """Store the ended conversation and its brain signals (the record's own and the built-in rules').
 
     Runs inside the caller's transaction and only flushes. A recording name that is malformed or
@@ -148,7 +148,7 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobR
     return call
 
 
-async def _queue_sentiment(session: AsyncSession, jobs: JobRunner, call: Call) -> None:
+async def _queue_sentiment(session: AsyncSession, jobs: JobQueue, call: Call) -> None:
     """Queue the LLM sentiment classifier after the commit, when there is something to classify."""
     if not any(t.get("speaker") == "caller" for t in call.transcript):
         return
@@ -157,7 +157,7 @@ async def _queue_sentiment(session: AsyncSession, jobs: JobRunner, call: Call) -
     payload = {"call_id": call.id}
 
     async def enqueue() -> None:
-        jobs.enqueue(sentiment.SENTIMENT_JOB, payload)
+        await jobs.submit(sentiment.SENTIMENT_JOB, payload)
 
     after_commit(session, enqueue)
 

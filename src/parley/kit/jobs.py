@@ -12,23 +12,39 @@ be idempotent (skip work that is already done).
 
 Requests enqueue with :func:`enqueue_after_commit`: the job is queued only once the request's
 transaction has committed, so a job never sees uncommitted (or rolled back) rows.
+
+Where jobs run is a :class:`JobQueue`: :class:`JobRunner` (in this process, the embedded default) or,
+with ``PARLEY_REDIS_URL``, :class:`parley.kit.queue.RedisJobQueue` (an arq queue in Redis, worked by
+``parley worker`` processes). Both run the same handlers from the same registry through
+:func:`run_job`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from prometheus_client import Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import State
 
 from parley.kit.db import Database, after_commit
 
 log = structlog.get_logger("parley.jobs")
+
+JOBS_PROCESSED = Counter("parley_jobs_processed_total", "Background jobs run to the end", ["job"])
+JOBS_FAILED = Counter(
+    "parley_jobs_failed_total", "Background jobs that failed (after their last try)", ["job"]
+)
+QUEUE_DEPTH = Gauge("parley_job_queue_depth", "Jobs waiting in the queue (not yet started)")
+QUEUE_OLDEST_AGE = Gauge(
+    "parley_job_queue_oldest_age_seconds", "How long the oldest waiting job has been due (0 when none)"
+)
 
 Payload = dict[str, Any]
 
@@ -77,7 +93,60 @@ registry = JobRegistry()
 """The process-wide registry; domain ``tasks`` modules register their handlers here at import."""
 
 
-class JobRunner:
+class JobQueue:
+    """Where jobs go: the interface shared by the in-process runner and the Redis queue."""
+
+    context: JobContext
+    jobs: JobRegistry
+
+    @property
+    def started(self) -> bool:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start background work (idempotent). Needs a running event loop."""
+        raise NotImplementedError
+
+    def enqueue(self, name: str, payload: Payload) -> None:
+        """Queue a job without waiting (the Redis queue sends it in the background)."""
+        raise NotImplementedError
+
+    async def submit(self, name: str, payload: Payload) -> None:
+        """Queue a job and wait until it is queued (stored in Redis, for the Redis queue)."""
+        self.enqueue(name, payload)
+
+    async def recover(self) -> int:
+        """Re-enqueue unfinished work found by the registered recovery queries; returns how many."""
+        raise NotImplementedError
+
+    async def drain(self, seconds: float = 30.0) -> None:
+        raise NotImplementedError
+
+    async def stop(self, grace: float = 10.0) -> None:
+        raise NotImplementedError
+
+    async def depth(self) -> tuple[int, float]:
+        """Jobs waiting and the age in seconds of the oldest one (for the queue gauges)."""
+        raise NotImplementedError
+
+    def _check(self, name: str) -> None:
+        if name not in self.jobs.handlers:
+            raise KeyError(f"no job handler is registered under {name!r}")
+
+    async def _recovered_payloads(self) -> list[tuple[str, Payload]]:
+        found: list[tuple[str, Payload]] = []
+        for name, query in self.jobs.recoveries.items():
+            try:
+                async with self.context.db.sessionmaker() as session:
+                    payloads = await query(session)
+            except Exception as exc:  # e.g. the database is down at start-up: /readyz reports that
+                log.warning("jobs_recovery_failed", job=name, error_type=type(exc).__name__)
+                continue
+            found.extend((name, payload) for payload in payloads)
+        return found
+
+
+class JobRunner(JobQueue):
     """An asyncio queue worked by a few tasks in the server process (the embedded default).
 
     With ``workers=0`` nothing runs in the background: queued jobs run one after another when
@@ -90,7 +159,7 @@ class JobRunner:
         self.context = context
         self.jobs = jobs
         self.workers = workers
-        self._queue: asyncio.Queue[tuple[str, Payload]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[str, Payload, float]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._unfinished = 0  # queued + running
         self._idle = asyncio.Event()
@@ -110,37 +179,32 @@ class JobRunner:
         self._tasks = [loop.create_task(self._work(), name=f"parley-job-{i}") for i in range(self.workers)]
 
     async def recover(self) -> int:
-        """Re-enqueue unfinished work found by the registered recovery queries; returns how many."""
-        count = 0
-        for name, query in self.jobs.recoveries.items():
-            try:
-                async with self.context.db.sessionmaker() as session:
-                    payloads = await query(session)
-            except Exception as exc:  # e.g. the database is down at start-up: /readyz reports that
-                log.warning("jobs_recovery_failed", job=name, error_type=type(exc).__name__)
-                continue
-            for payload in payloads:
-                self.enqueue(name, payload)
-                count += 1
-        if count:
-            log.info("jobs_recovered", count=count)
-        return count
+        found = await self._recovered_payloads()
+        for name, payload in found:
+            self.enqueue(name, payload)
+        if found:
+            log.info("jobs_recovered", count=len(found))
+        return len(found)
 
     def enqueue(self, name: str, payload: Payload) -> None:
-        if name not in self.jobs.handlers:
-            raise KeyError(f"no job handler is registered under {name!r}")
+        self._check(name)
         if self.workers > 0:
             self.start()
         self._unfinished += 1
         self._idle.clear()
-        self._queue.put_nowait((name, dict(payload)))
+        self._queue.put_nowait((name, dict(payload), time.monotonic()))
+
+    async def depth(self) -> tuple[int, float]:
+        waiting = list(self._queue._queue)  # type: ignore[attr-defined]  # asyncio.Queue's deque
+        oldest = min((queued for _, _, queued in waiting), default=None)
+        return len(waiting), 0.0 if oldest is None else max(0.0, time.monotonic() - oldest)
 
     async def drain(self, seconds: float = 30.0) -> None:
         """Wait until every queued job has run (tests, graceful shutdown); TimeoutError after ``seconds``."""
         async with asyncio.timeout(seconds):
             if self.workers == 0:
                 while not self._queue.empty():
-                    name, payload = self._queue.get_nowait()
+                    name, payload, _ = self._queue.get_nowait()
                     try:
                         await run_job(self.context, name, payload, self.jobs)
                     finally:
@@ -173,7 +237,7 @@ class JobRunner:
 
     async def _work(self) -> None:
         while True:
-            name, payload = await self._queue.get()
+            name, payload, _ = await self._queue.get()
             try:
                 if not self._stopping:
                     await run_job(self.context, name, payload, self.jobs)
@@ -181,24 +245,60 @@ class JobRunner:
                 self._done()
 
 
-async def run_job(context: JobContext, name: str, payload: Payload, jobs: JobRegistry = registry) -> None:
-    """Run one job; failures are logged by type and never escape (handlers record their own failures)."""
+async def run_job(
+    context: JobContext,
+    name: str,
+    payload: Payload,
+    jobs: JobRegistry = registry,
+    *,
+    retry_if: Callable[[BaseException], bool] | None = None,
+) -> None:
+    """Run one job; failures are logged by type and never escape (handlers record their own failures).
+
+    ``retry_if`` (the Redis queue) lets an error it wants to retry escape instead; it is counted as
+    failed only when it is not retried.
+    """
     handler = jobs.handlers[name]
     try:
         await handler(context, payload)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
+        if retry_if is not None and retry_if(exc):
+            raise
+        JOBS_FAILED.labels(name).inc()
         log.error("job_failed", job=name, error_type=type(exc).__name__, exc_info=exc)
+        return
+    JOBS_PROCESSED.labels(name).inc()
 
 
-def runner_for(state: State) -> JobRunner:
-    """The app's runner (``app.state.jobs``), created on first use when the lifespan did not run."""
-    runner: JobRunner | None = getattr(state, "jobs", None)
+def runner_for(state: State) -> JobQueue:
+    """The app's job queue (``app.state.jobs``); an in-process runner when the lifespan did not run."""
+    runner: JobQueue | None = getattr(state, "jobs", None)
     if runner is None:
         runner = JobRunner(JobContext(db=state.db, state=state))
         state.jobs = runner
     return runner
+
+
+def queue_from_settings(context: JobContext, settings: Any) -> JobQueue:
+    """The Redis queue in distributed mode (``PARLEY_REDIS_URL``), else the in-process runner."""
+    if settings.redis_url:
+        from parley.kit.queue import RedisJobQueue
+
+        return RedisJobQueue(context, settings)
+    return JobRunner(context)
+
+
+async def update_queue_gauges(queue: JobQueue) -> None:
+    """Set the queue depth and oldest-job-age gauges from ``queue`` (errors leave them unchanged)."""
+    try:
+        waiting, oldest = await queue.depth()
+    except Exception as exc:  # Redis down: keep the last values, the health check reports the outage
+        log.debug("job_queue_depth_unavailable", error_type=type(exc).__name__)
+        return
+    QUEUE_DEPTH.set(waiting)
+    QUEUE_OLDEST_AGE.set(oldest)
 
 
 def enqueue_after_commit(session: AsyncSession, state: State, name: str, payload: Payload) -> None:
@@ -206,6 +306,6 @@ def enqueue_after_commit(session: AsyncSession, state: State, name: str, payload
     runner = runner_for(state)
 
     async def enqueue() -> None:
-        runner.enqueue(name, payload)
+        await runner.submit(name, payload)
 
     after_commit(session, enqueue)

@@ -23,6 +23,7 @@ from parley.kit.pagination import Page, Pagination, paginate
 from parley.runtime.engine import TurnResult
 from parley.sessions import locks, service
 from parley.sessions.models import ConversationSession
+from parley.sessions.registry import control_after_commit
 from parley.sessions.schemas import (
     AudioTokenOut,
     LiveSessionOut,
@@ -241,6 +242,13 @@ async def end_session(
     """End a live session now (outcome completed); its call record is written. 409 when already ended."""
     row = await service.end_session(session, context.organization_id, session_id, reason="ended_by_client")
     describe(request, "session", row.id)
+    # A live audio stream of the session, in whichever process holds it, stops and ends.
+    control_after_commit(
+        session,
+        request.app.state,
+        row.id,
+        {"action": "end", "outcome": row.outcome, "reason": row.end_reason},
+    )
     return service.to_out(row)
 
 
@@ -264,6 +272,7 @@ async def create_session_voice(
     """
     row = await service.set_voiced(session, context.organization_id, session_id, data.voiced)
     describe(request, "session", row.id, voiced=data.voiced)
+    control_after_commit(session, request.app.state, row.id, {"action": "voice", "voiced": data.voiced})
     return service.to_out(row)
 
 

@@ -28,7 +28,7 @@ from parley.flows.models import Flow, FlowVersion
 from parley.kit.db import Database, utcnow
 from parley.kit.errors import Conflict, NotFound
 from parley.kit.ids import new_id
-from parley.kit.jobs import JobRunner
+from parley.kit.jobs import JobQueue
 from parley.kit.tenancy import get_owned, scoped
 from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
@@ -287,7 +287,7 @@ async def send_message_committed(
     text: str,
     *,
     on_text: TextSink | None = None,
-    jobs: JobRunner | None = None,
+    jobs: JobQueue | None = None,
 ) -> tuple[ConversationSession, TurnResult]:
     """``send_message`` in a transaction of its own, committed here (a streamed turn, which outlives
     its request); the caller holds the session's turn lock. Commit hooks run as for a request."""
@@ -342,7 +342,7 @@ def live_query(organization_id: str) -> Select[ConversationSession]:
 
 
 async def sweep_idle(
-    database: Database, idle_seconds: float, *, now: datetime | None = None, jobs: JobRunner | None = None
+    database: Database, idle_seconds: float, *, now: datetime | None = None, jobs: JobQueue | None = None
 ) -> int:
     """End every session idle for longer than ``idle_seconds`` (outcome abandoned); answer how many."""
     cutoff = (now or utcnow()) - timedelta(seconds=idle_seconds)

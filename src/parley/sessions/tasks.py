@@ -8,7 +8,7 @@ import contextlib
 import structlog
 
 from parley.kit.db import Database
-from parley.kit.jobs import JobRunner
+from parley.kit.jobs import JobQueue
 from parley.sessions.service import sweep_idle
 
 log = structlog.get_logger("parley.sessions")
@@ -22,7 +22,7 @@ class IdleSweeper:
         database: Database,
         idle_seconds: float,
         interval: float | None = None,
-        jobs: JobRunner | None = None,
+        jobs: JobQueue | None = None,
     ) -> None:
         self.database = database
         self.jobs = jobs

@@ -31,6 +31,7 @@ from parley.kit.jobs import runner_for
 from parley.organizations.models import Role
 from parley.runtime.state import ConversationState
 from parley.sessions import locks, service
+from parley.sessions.registry import ControlMessage, registry_for
 from parley.sessions.service import SessionEnded
 from parley.voice import registry
 from parley.voice.engines.base import SttEngine, TtsEngine, Vad
@@ -197,7 +198,7 @@ async def _open(websocket: WebSocket, session_id: str) -> _Opened:
             principal = await _principal(websocket, session)
             context = await _context(websocket, session, principal)
         limiter = state.rate_limiter
-        decision = limiter.hit(f"{principal.kind}:{principal.id}")
+        decision = await limiter.check(f"{principal.kind}:{principal.id}")
         if not decision.allowed:
             raise _Refused(CLOSE_RATE_LIMITED, f"Rate limit exceeded; retry in {decision.retry_after} s.")
         if not context.role.at_least(Role.member):
@@ -309,6 +310,20 @@ class _Call:
         )
         self.inbox = _Inbox(MAX_INPUT_FRAMES)
         self.caller_ended = False
+        self.muted = False
+
+    async def on_control(self, message: ControlMessage) -> None:
+        """A control message from any API process (``/end``, ``/voice``), via the live-session registry."""
+        action = message.get("action")
+        if action == "end" and not self.pipeline.ended:
+            # The session has ended (committed elsewhere): stop speaking and close; nothing to write.
+            self.pipeline.ended = True
+            self.pipeline.interrupt()
+            self.pipeline.out.put(EndFrame(message.get("outcome"), message.get("reason") or "session_ended"))
+        elif action == "voice":
+            self.muted = not message.get("voiced", True)
+            if self.muted and self.pipeline.agent_speaking:
+                self.pipeline.interrupt()
 
     async def send_json(self, data: dict[str, Any]) -> None:
         await self.websocket.send_text(json.dumps(data, ensure_ascii=False, default=str))
@@ -365,6 +380,8 @@ class _Call:
         while True:
             frame = await self.pipeline.out.get()
             if isinstance(frame, AudioOut):
+                if self.muted:  # spoken output switched off (POST /api/sessions/{id}/voice)
+                    continue
                 now = time.monotonic()
                 playout = max(playout, now)
                 if playout - now > PLAYOUT_LEAD_S:
@@ -384,12 +401,15 @@ class _Call:
         await self.send_json(
             {"type": "ready", "session_id": self.session_id, "sample_rate": SAMPLE_RATE, "frame_ms": FRAME_MS}
         )
+        registry = registry_for(self.websocket.app.state)
+        await registry.hold(self.session_id, self.on_control)
         receiver = asyncio.create_task(self.receive())
         feeder = asyncio.create_task(self.feed())
         sender = asyncio.create_task(self.send())
         try:
             await asyncio.wait({receiver, sender}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            await registry.release(self.session_id, self.on_control)
             # The caller is gone (or the flow ended): answer what was said, then end the session.
             self.inbox.close()
             await asyncio.gather(feeder, return_exceptions=True)
