@@ -32,6 +32,7 @@ import structlog
 from arq import Retry
 from arq.connections import ArqRedis
 from arq.worker import Worker, func
+from redis.asyncio import ConnectionPool
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -62,13 +63,14 @@ def queue_name(settings: Settings) -> str:
 
 def _arq_redis(settings: Settings) -> ArqRedis:
     assert settings.redis_url
-    return ArqRedis.from_url(  # type: ignore[no-any-return]
-        settings.redis_url,
+    pool = ConnectionPool.from_url(
+        settings.redis_url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=COMMAND_TIMEOUT
+    )
+    return ArqRedis(
+        pool_or_conn=pool,
         job_serializer=_dumps,
         job_deserializer=_loads,
         default_queue_name=queue_name(settings),
-        socket_connect_timeout=CONNECT_TIMEOUT,
-        socket_timeout=COMMAND_TIMEOUT,
     )
 
 
@@ -174,7 +176,7 @@ class RedisJobQueue(JobQueue):
                 await self._gauges
             self._gauges = None
         if self._redis is not None:
-            await self._redis.aclose()
+            await self._redis.aclose(close_connection_pool=True)
             self._redis = None
 
     async def _update_gauges(self) -> None:
@@ -268,7 +270,7 @@ class QueueWorker:
             await asyncio.gather(*self.worker.tasks.values(), return_exceptions=True)
             with contextlib.suppress(RedisError, OSError):
                 await self.redis.delete(self.worker.health_check_key)
-            await self.redis.aclose()
+            await self.redis.aclose(close_connection_pool=True)
             log.info(
                 "worker_stopped",
                 complete=self.worker.jobs_complete,
