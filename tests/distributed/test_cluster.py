@@ -66,13 +66,13 @@ class Cluster:
     def spawn(self, name: str, *args: str) -> None:
         data_dir = self.root / name
         data_dir.mkdir()
-        log = (self.root / f"{name}.log").open("wb")
-        self.processes[name] = subprocess.Popen(  # noqa: S603 - our interpreter, fixed arguments
-            [sys.executable, "-m", "parley", *args],
-            env={**self.env, "PARLEY_DATA_DIR": str(data_dir)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with (self.root / f"{name}.log").open("wb") as log:  # the child keeps its own descriptor
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "parley", *args],
+                env={**self.env, "PARLEY_DATA_DIR": str(data_dir)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def logs(self) -> str:
         return "\n".join(
