@@ -226,3 +226,16 @@ async def test_keys_stay_under_the_prefix(setup: tuple[Settings, Recorder, Redis
     await queue.submit("test.record", {"n": 1})
     names = [k.decode() for k in keys_of(settings.redis_prefix)]
     assert names and all(settings.redis_prefix in name for name in names)
+
+
+async def test_the_in_process_runner_reports_the_same_metrics() -> None:
+    recorder = Recorder()
+    runner = JobRunner(_context(), jobs=recorder.jobs, workers=0)
+    before = _metric("parley_jobs_processed_total", job="test.record")
+    runner.enqueue("test.record", {"n": 1})
+    await runner.submit("test.record", {"n": 2})
+    assert _metric("parley_job_queue_depth") == 2
+    assert (await runner.depth())[0] == 2
+    await runner.drain()
+    assert recorder.done == [{"n": 1}, {"n": 2}]
+    assert _metric("parley_jobs_processed_total", job="test.record") == before + 2

@@ -193,6 +193,13 @@ class JobRunner(JobQueue):
         self._unfinished += 1
         self._idle.clear()
         self._queue.put_nowait((name, dict(payload), time.monotonic()))
+        self._set_gauges()
+
+    def _set_gauges(self) -> None:
+        # In process the gauges follow the queue as it changes (the Redis queue polls Redis instead).
+        waiting = self._queue._queue  # type: ignore[attr-defined]  # asyncio.Queue's deque
+        QUEUE_DEPTH.set(len(waiting))
+        QUEUE_OLDEST_AGE.set(max(0.0, time.monotonic() - waiting[0][2]) if waiting else 0.0)
 
     async def depth(self) -> tuple[int, float]:
         waiting = list(self._queue._queue)  # type: ignore[attr-defined]  # asyncio.Queue's deque
@@ -205,6 +212,7 @@ class JobRunner(JobQueue):
             if self.workers == 0:
                 while not self._queue.empty():
                     name, payload, _ = self._queue.get_nowait()
+                    self._set_gauges()
                     try:
                         await run_job(self.context, name, payload, self.jobs)
                     finally:
@@ -238,6 +246,7 @@ class JobRunner(JobQueue):
     async def _work(self) -> None:
         while True:
             name, payload, _ = await self._queue.get()
+            self._set_gauges()
             try:
                 if not self._stopping:
                     await run_job(self.context, name, payload, self.jobs)
