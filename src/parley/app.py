@@ -109,7 +109,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         await app.state.live_sessions.start()
         # Live sessions nobody writes to end after PARLEY_SESSION_IDLE_SECONDS (with their call record).
         app.state.session_sweeper = IdleSweeper(
-            app.state.db, settings.session_idle_seconds, jobs=app.state.jobs
+            app.state.db, settings.session_idle_seconds, jobs=app.state.jobs, live=app.state.live_sessions
         )
         app.state.session_sweeper.start()
         try:

@@ -148,3 +148,33 @@ async def test_voice_on_again_unmutes(live: dict[str, Any]) -> None:
             await _events_until(ws, "metrics", audio)
             assert len(audio) == 5
             await ws.send(json.dumps({"type": "end"}))
+
+
+async def test_the_idle_sweeper_ends_a_silent_live_stream(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'parley.db'}"
+    await asyncio.to_thread(upgrade, url)
+    settings = Settings(
+        data_dir=tmp_path,
+        database_url=url,
+        auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
+        session_idle_seconds=1.0,
+        log_level="WARNING",
+        log_json=False,
+    )
+    app = create_app(settings)
+    app.state.voice_engines = lambda: Engines(ScriptedStt(), FrameTts(frames=5), LoudnessVad())
+    with serve_in_thread(app) as base_url:
+        token = make_token("idle-user")
+        async with httpx.AsyncClient(base_url=base_url, headers=auth(token)) as client:
+            org = (await client.post("/api/organizations", json={"name": "Idle"})).json()["id"]
+            client.headers["X-Organization-Id"] = org
+            flow = (await client.post("/api/flows", json={"name": "Twice", "definition": TWICE_FLOW})).json()
+            assert (await client.post(f"/api/flows/{flow['id']}/publish")).status_code == 200
+            session_id = (await client.post("/api/sessions", json={"flow_id": flow["id"]})).json()["id"]
+            ws_url = base_url.replace("http://", "ws://") + f"/api/sessions/{session_id}/audio"
+            async with connect(ws_url, additional_headers=auth(token, org)) as ws:
+                assert json.loads(await ws.recv())["type"] == "ready"
+                events = await _events_until(ws, "end", [])  # the caller says nothing
+            assert events[-1] == {"type": "end", "outcome": "abandoned", "reason": "idle_timeout"}
+            row = (await client.get(f"/api/sessions/{session_id}")).json()
+            assert row["end_reason"] == "idle_timeout"

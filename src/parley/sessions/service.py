@@ -10,6 +10,7 @@ same transaction via ``parley.calls.service.record_call``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -342,9 +343,16 @@ def live_query(organization_id: str) -> Select[ConversationSession]:
 
 
 async def sweep_idle(
-    database: Database, idle_seconds: float, *, now: datetime | None = None, jobs: JobQueue | None = None
+    database: Database,
+    idle_seconds: float,
+    *,
+    now: datetime | None = None,
+    jobs: JobQueue | None = None,
+    on_ended: Callable[[str], Awaitable[None]] | None = None,
 ) -> int:
-    """End every session idle for longer than ``idle_seconds`` (outcome abandoned); answer how many."""
+    """End every session idle for longer than ``idle_seconds`` (outcome abandoned); answer how many.
+
+    ``on_ended(session_id)`` runs after each commit (the live-session registry stops a stream)."""
     cutoff = (now or utcnow()) - timedelta(seconds=idle_seconds)
     async with database.sessionmaker() as reader:
         rows = await reader.execute(
@@ -374,6 +382,8 @@ async def sweep_idle(
                 ended += 1
                 for callback in session.info.pop("after_commit", []):
                     await callback()
+                if on_ended is not None:
+                    await on_ended(session_id)
             except (NotFound, Conflict):
                 await session.rollback()
     return ended

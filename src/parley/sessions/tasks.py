@@ -9,6 +9,7 @@ import structlog
 
 from parley.kit.db import Database
 from parley.kit.jobs import JobQueue
+from parley.sessions.registry import LiveRegistry
 from parley.sessions.service import sweep_idle
 
 log = structlog.get_logger("parley.sessions")
@@ -23,9 +24,11 @@ class IdleSweeper:
         idle_seconds: float,
         interval: float | None = None,
         jobs: JobQueue | None = None,
+        live: LiveRegistry | None = None,
     ) -> None:
         self.database = database
         self.jobs = jobs
+        self.live = live
         self.idle_seconds = idle_seconds
         self.interval = interval or min(max(idle_seconds / 4, 0.5), 30.0)
         self._task: asyncio.Task[None] | None = None
@@ -41,11 +44,20 @@ class IdleSweeper:
                 await self._task
             self._task = None
 
+    async def _ended(self, session_id: str) -> None:
+        # A live audio stream of the session, in whichever process holds it, ends too.
+        if self.live is not None:
+            await self.live.control(
+                session_id, {"action": "end", "outcome": "abandoned", "reason": "idle_timeout"}
+            )
+
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
             try:
-                ended = await sweep_idle(self.database, self.idle_seconds, jobs=self.jobs)
+                ended = await sweep_idle(
+                    self.database, self.idle_seconds, jobs=self.jobs, on_ended=self._ended
+                )
             except Exception as exc:  # the sweeper must outlive a failing database
                 log.warning("session_sweep_failed", error_type=type(exc).__name__)
                 continue
