@@ -239,3 +239,21 @@ async def test_the_in_process_runner_reports_the_same_metrics() -> None:
     await runner.drain()
     assert recorder.done == [{"n": 1}, {"n": 2}]
     assert _metric("parley_jobs_processed_total", job="test.record") == before + 2
+
+
+async def test_the_job_of_a_crashed_worker_runs_again_elsewhere(
+    setup: tuple[Settings, Recorder, RedisJobQueue],
+) -> None:
+    """A worker killed mid-job leaves the job queued with an in-progress mark that expires."""
+    settings, recorder, queue = setup
+    await queue.submit("test.record", {"n": "orphan"})
+    job_id = (await queue.redis.zrange(queue.queue, 0, 0))[0].decode()
+    # What a crashed worker leaves behind: the mark it set when it took the job (here 0.3 s left).
+    await queue.redis.set(f"arq:in-progress:{job_id}", b"1", px=300)
+    worker = QueueWorker(_context(), settings, jobs=recorder.jobs, handle_signals=False, poll_delay=0.05)
+    running = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: recorder.done == [{"n": "orphan"}])
+    finally:
+        worker.stop()
+        await running
