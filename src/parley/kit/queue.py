@@ -317,7 +317,10 @@ def worker_context(settings: Settings) -> JobContext:
         settings.resolved_database_url, pool_size=settings.db_pool_size, pool_timeout=settings.db_pool_timeout
     )
     state.blobs = blob_store_from_settings(settings)
-    return JobContext(db=state.db, state=state)
+    context = JobContext(db=state.db, state=state)
+    # Jobs that queue further jobs (``runner_for(ctx.state)``) put them in Redis too.
+    state.jobs = RedisJobQueue(context, settings)
+    return context
 
 
 async def run_worker(settings: Settings, *, concurrency: int, grace: int) -> None:
@@ -327,4 +330,5 @@ async def run_worker(settings: Settings, *, concurrency: int, grace: int) -> Non
     try:
         await worker.run()
     finally:
+        await context.state.jobs.stop()
         await context.db.dispose()
