@@ -114,12 +114,8 @@ def upgrade() -> None:
             batch_op.f("ix_whatsapp_messages_organization_id"), ["organization_id"], unique=False
         )
         batch_op.create_index(batch_op.f("ix_whatsapp_messages_status"), ["status"], unique=False)
-        batch_op.create_index(
-            batch_op.f("ix_whatsapp_messages_reply_to_id"), ["reply_to_id"], unique=False
-        )
-        batch_op.create_index(
-            "ix_whatsapp_messages_account_id_wa_id", ["account_id", "wa_id"], unique=False
-        )
+        batch_op.create_index(batch_op.f("ix_whatsapp_messages_reply_to_id"), ["reply_to_id"], unique=False)
+        batch_op.create_index("ix_whatsapp_messages_account_id_wa_id", ["account_id", "wa_id"], unique=False)
 
 
 def downgrade() -> None:
