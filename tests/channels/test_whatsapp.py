@@ -389,3 +389,12 @@ async def test_pending_replies_are_sent_after_a_restart(
     before = len(graph_state.sent(KUNDE))
     await org.drain()
     assert len(graph_state.sent(KUNDE)) == before + 2
+
+
+async def test_nul_characters_in_a_message_are_dropped(org: Org, graph_state: StubState) -> None:
+    account, _ = await routed(org)
+    response = await org.message(PNID, "wamid.Z\u00001", KUNDE, "Hallo\u0000Welt")
+    assert response.status_code == 200 and response.json()["received"] == 1
+    await org.drain()
+    assert graph_state.sent(KUNDE)[-1] == "Sie sagten: HalloWelt Was kann ich tun?"
+    assert (await messages(org, account["id"]))[0]["wamid"] == "wamid.Z1"

@@ -34,6 +34,7 @@ from parley.organizations.schemas import DeletedOut
 router = APIRouter(prefix="/api/channels", tags=["Channels"])
 
 RouteId = Annotated[str, Path(alias="routeId", max_length=40, description="Route id (rte_...).")]
+ADDRESS = r"^[A-Za-z0-9_+() .-]+$"  # numbers, account ids and widget keys (keeps NUL bytes out of SQL)
 AccountId = Annotated[str, Path(alias="id", max_length=40, description="WhatsApp account id (wa_...).")]
 
 
@@ -67,9 +68,15 @@ async def list_channel_routes(
     ] = None,
     flow_id: Annotated[
         str | None,
-        Query(max_length=40, description="Only routes answered by this flow (or falling back to it)."),
+        Query(
+            max_length=40,
+            pattern=r"^[A-Za-z0-9_-]+$",
+            description="Only routes answered by this flow (or falling back to it).",
+        ),
     ] = None,
-    address: Annotated[str | None, Query(max_length=80, description="Only routes of this address.")] = None,
+    address: Annotated[
+        str | None, Query(max_length=80, pattern=ADDRESS, description="Only routes of this address.")
+    ] = None,
 ) -> Page[RouteOut]:
     """The organization's channel routes, newest first."""
     stmt = service.routes_query(context.organization_id, channel_kind, flow_id, address)
@@ -83,7 +90,8 @@ async def resolve_channel_route(
     context: OrgReader,
     channel_kind: Annotated[ChannelKind, Query(description="The channel kind.")],
     address: Annotated[
-        str, Query(min_length=1, max_length=80, description="Number, account id or widget key.")
+        str,
+        Query(min_length=1, max_length=80, pattern=ADDRESS, description="Number, account id or widget key."),
     ],
     at: Annotated[
         datetime | None, Query(description="The moment to ask about (ISO 8601; default now; no offset: UTC).")
@@ -222,7 +230,9 @@ async def list_channel_account_messages(
     context: OrgReader,
     account_id: AccountId,
     page: Pagination,
-    wa_id: Annotated[str | None, Query(max_length=40, description="Only this sender's conversation.")] = None,
+    wa_id: Annotated[
+        str | None, Query(max_length=40, pattern=r"^[0-9]+$", description="Only this sender's conversation.")
+    ] = None,
 ) -> Page[MessageOut]:
     """Messages received and sent on the account, newest first, with their processing status."""
     await service.get_account(session, context.organization_id, account_id)
@@ -276,6 +286,7 @@ async def verify_whatsapp_webhook(
     "/whatsapp/webhook",
     summary="Receive WhatsApp Webhook",
     response_model=WebhookAck,
+    responses=documented(413),
     openapi_extra=WEBHOOK_BODY,
 )
 async def receive_whatsapp_webhook(

@@ -115,6 +115,11 @@ def _text_of(message: WebhookMessage) -> str | None:
     return None
 
 
+def _clean(value: str | None) -> str | None:
+    """Text as stored: NUL characters (which PostgreSQL text cannot hold) are dropped."""
+    return value.replace("\x00", "") if value is not None else None
+
+
 def _parse(raw: bytes) -> WebhookPayload:
     try:
         data = orjson.loads(raw)
@@ -170,11 +175,11 @@ async def receive(
     received = duplicates = 0
     seen: set[tuple[str, str]] = set()
     for item in pending:
-        key = (item.account.id, item.message.id)
+        key = (item.account.id, _clean(item.message.id) or "")
         exists = key in seen or (
             await session.scalar(
                 select(WhatsAppMessage.id).where(
-                    WhatsAppMessage.account_id == item.account.id, WhatsAppMessage.wamid == item.message.id
+                    WhatsAppMessage.account_id == item.account.id, WhatsAppMessage.wamid == key[1]
                 )
             )
         )
@@ -182,15 +187,15 @@ async def receive(
         if exists:
             duplicates += 1
             continue
-        text = _text_of(item.message)
+        text = _clean(_text_of(item.message))
         row = WhatsAppMessage(
             id=new_id("wam"),
             organization_id=item.account.organization_id,
             account_id=item.account.id,
             direction="in",
-            wamid=item.message.id,
-            wa_id=item.message.from_,
-            type=item.message.type[:20],
+            wamid=key[1],
+            wa_id=_clean(item.message.from_) or "unknown",
+            type=(_clean(item.message.type) or "unknown")[:20],
             text=text,
             status="received",
             position=0,
