@@ -41,7 +41,9 @@ AccountId = Annotated[str, Path(alias="id", max_length=40, description="WhatsApp
 # --- routes ---------------------------------------------------------------------------------------
 
 
-@router.post("/routes", summary="Create Channel Route", responses=documented(404, 409), response_model=RouteOut)
+@router.post(
+    "/routes", summary="Create Channel Route", responses=documented(404, 409), response_model=RouteOut
+)
 async def create_route(
     request: Request,
     session: DbSession,

@@ -320,9 +320,11 @@ async def handle_inbound(context: JobContext, payload: dict[str, Any]) -> None:
         if message is None or message.direction != "in" or message.status != "received":
             return
         account_id, wa_id = message.account_id, message.wa_id
-        open_id = await _open_session_id(reader, account_id, wa_id)
-    # One sender's messages on one account are answered one after another, in order.
+    # One sender's messages on one account are answered one after another, in order; the open
+    # session is looked up under that lock, so two quick messages cannot start two sessions.
     async with locks.hold(f"whatsapp:{account_id}:{wa_id}"), contextlib.AsyncExitStack() as stack:
+        async with context.db.sessionmaker() as reader:
+            open_id = await _open_session_id(reader, account_id, wa_id)
         if open_id is not None:
             await stack.enter_async_context(locks.hold(open_id))  # beside the idle sweeper
         try:
