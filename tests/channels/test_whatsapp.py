@@ -9,7 +9,7 @@ import orjson
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.channels.models import WhatsAppAccount, WhatsAppMessage
+from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage
 from parley.channels.whatsapp import SEND_JOB, _recover_sends
 from parley.kit.jobs import JobContext
 from tests.channels.conftest import (
@@ -398,3 +398,20 @@ async def test_nul_characters_in_a_message_are_dropped(org: Org, graph_state: St
     await org.drain()
     assert graph_state.sent(KUNDE)[-1] == "Sie sagten: HalloWelt Was kann ich tun?"
     assert (await messages(org, account["id"]))[0]["wamid"] == "wamid.Z1"
+
+
+async def test_deleting_the_organization_removes_its_channels(
+    org: Org, graph_state: StubState, db_session: AsyncSession
+) -> None:
+    account, _ = await routed(org)
+    await org.message(PNID, "wamid.D1", KUNDE, "Hallo")
+    await org.drain()
+    deleted = await org.client.delete(f"/api/organizations/{org.id}", headers=org.headers)
+    assert deleted.status_code == 200, deleted.text
+    for model in (ChannelRoute, WhatsAppAccount, WhatsAppMessage):
+        rows = (await db_session.scalars(select(model).where(model.organization_id == org.id))).all()
+        assert rows == [], model.__name__
+    # The number is free again, and its webhook deliveries are acknowledged and ignored.
+    answer = await org.message(PNID, "wamid.D2", KUNDE, "Hallo?")
+    assert answer.json() == {"received": 0, "duplicates": 0, "ignored": 1}
+    assert account["id"]
