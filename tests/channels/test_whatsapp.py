@@ -415,3 +415,18 @@ async def test_deleting_the_organization_removes_its_channels(
     answer = await org.message(PNID, "wamid.D2", KUNDE, "Hallo?")
     assert answer.json() == {"received": 0, "duplicates": 0, "ignored": 1}
     assert account["id"]
+
+
+async def test_long_texts_are_cut_to_a_turn_and_long_replies_split(org: Org, graph_state: StubState) -> None:
+    account = await org.account(PNID)
+    twice = echo_flow()
+    twice["nodes"][2]["text"] = "{{ wish }}|{{ wish }}"
+    flow = await org.flow(twice)
+    await org.route(channel_kind="whatsapp", address=account["id"], flow_id=flow)
+    await org.message(PNID, "wamid.L1", KUNDE, "x" * 5000)
+    await org.drain()
+    sent = graph_state.sent(KUNDE)
+    # The opening, then the 8,001-character echo (two cuts of 4,000 x) in 4,096-character pieces.
+    assert sent[0] == "Hallo, hier ist Autohaus Demo. Was kann ich tun?"
+    assert [len(part) for part in sent[1:]] == [4096, 3905 + len(" Was kann ich tun?")]
+    assert "".join(sent[1:]) == "x" * 4000 + "|" + "x" * 4000 + " Was kann ich tun?"

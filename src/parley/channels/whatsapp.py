@@ -43,7 +43,7 @@ from parley.organizations.models import Role
 from parley.sessions import locks
 from parley.sessions import service as sessions
 from parley.sessions.models import ConversationSession
-from parley.sessions.schemas import SessionCreate
+from parley.sessions.schemas import MAX_MESSAGE_CHARS, SessionCreate
 
 log = structlog.get_logger("parley.channels.whatsapp")
 
@@ -261,9 +261,10 @@ async def _run_turn(
     if message.text is None:
         return None, [account.unsupported_reply or DEFAULT_UNSUPPORTED_REPLY], "processed", None
     context = _context(account)
+    text = message.text[:MAX_MESSAGE_CHARS]  # what a session takes per turn
     if open_id is not None:
         try:
-            row, result = await sessions.send_message(session, settings, context, open_id, message.text)
+            row, result = await sessions.send_message(session, settings, context, open_id, text)
             return row.id, [result.text], "processed", None
         except sessions.SessionEnded:
             pass  # it ended meanwhile (idle sweeper): the message starts a new conversation
@@ -279,7 +280,7 @@ async def _run_turn(
     row, opening = await sessions.create_session(session, settings, context, data)
     replies = [opening.text]
     if row.status == "active":
-        row, result = await sessions.send_message(session, settings, context, row.id, message.text)
+        row, result = await sessions.send_message(session, settings, context, row.id, text)
         replies.append(result.text)
     return row.id, replies, "processed", None
 
