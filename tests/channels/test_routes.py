@@ -237,5 +237,11 @@ async def test_resolve_flow_applies_hours_and_fallback(org: Org, db_session: Asy
         await org.get("/api/channels/routes/resolve", channel_kind="phone", address="+1", at="yesterday")
     ).status_code == 422
 
+    for extreme in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
+        far = await org.get(
+            "/api/channels/routes/resolve", channel_kind="phone", address="+14155550100", at=extreme
+        )
+        assert far.status_code == 400, far.text
+
     await org.patch(f"/api/channels/routes/{with_fallback['id']}", {"enabled": False})
     assert await flow_at("+14155550100", "2026-07-06T17:00:00+00:00") is None

@@ -26,7 +26,7 @@ from parley.channels.schemas import (
 )
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
-from parley.kit.errors import documented
+from parley.kit.errors import BadRequest, documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.tenancy import scoped
 from parley.organizations.schemas import DeletedOut
@@ -103,6 +103,8 @@ async def resolve_channel_route(
     moment = at or datetime.now(UTC)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
+    if not 1900 <= moment.year <= 9000:
+        raise BadRequest("at must be a moment between the years 1900 and 9000.")
     resolution = await routing.resolve(
         session, context.organization_id, kind=channel_kind.value, address=address, at=moment
     )
