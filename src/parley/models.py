@@ -14,6 +14,7 @@ from parley.llm.models import LLMUsage
 from parley.organizations.models import Membership, Organization
 from parley.providers.models import ProviderConfig
 from parley.sessions.models import ConversationSession
+from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk, SyncLease, TwilioCall
 from parley.tools.models import Tool
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "Dataset",
     "DatasetItem",
     "DatasetTag",
+    "DispatchRule",
     "Flow",
     "FlowVersion",
     "KnowledgeChunk",
@@ -34,7 +36,11 @@ __all__ = [
     "LLMUsage",
     "Membership",
     "Organization",
+    "PhoneNumber",
     "ProviderConfig",
+    "SipTrunk",
+    "SyncLease",
     "Tool",
+    "TwilioCall",
     "User",
 ]
