@@ -392,7 +392,7 @@ def _set_pin(settings: Settings, row: DispatchRule, pin: str | None) -> None:
         row.pin_hint = None
     else:
         row.pin = _seal(settings, RULES_TABLE, row.id, "pin", pin)
-        row.pin_hint = mask(pin, visible=1)
+        row.pin_hint = "••••"  # a PIN is short: no digit of it is shown
 
 
 async def create_rule(
