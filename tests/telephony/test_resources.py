@@ -168,3 +168,22 @@ async def test_telephony_needs_credentials(client: httpx.AsyncClient) -> None:
     anonymous = await client.post("/api/telephony/numbers", json={"number": "+4930111", "provider": "twilio"})
     assert anonymous.status_code == 401
     assert (await client.delete("/api/telephony/dispatch-rules/sdr_x")).status_code == 401
+
+
+async def test_deleting_the_organization_removes_its_telephony(org: Org, database: object) -> None:
+    from sqlalchemy import func, select
+
+    from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk
+
+    await org.make("/api/telephony/numbers", {"number": "+4930999000", "provider": "twilio"})
+    trunk = await org.make("/api/telephony/trunks", {"name": "In", "direction": "inbound"})
+    await org.make(
+        "/api/telephony/dispatch-rules", {"name": "R", "rule_type": "callee", "trunk_ids": [trunk["id"]]}
+    )
+    assert (await org.delete(f"/api/organizations/{org.id}")).status_code == 200
+    async with database.sessionmaker() as session:  # type: ignore[attr-defined]
+        for model in (PhoneNumber, SipTrunk, DispatchRule):
+            count = await session.scalar(
+                select(func.count()).select_from(model).where(model.organization_id == org.id)
+            )
+            assert count == 0, model.__tablename__
