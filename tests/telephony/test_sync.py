@@ -235,3 +235,18 @@ async def test_the_livekit_url_passes_the_outbound_guard(connected: Org, setting
     report = (await connected.sync()).json()
     assert report["created"] == [] and len(report["errors"]) == 3
     assert all("non-public address" in e["detail"] for e in report["errors"])
+
+
+async def test_deleting_a_synced_trunk_deletes_it_at_livekit(connected: Org, livekit: Stub) -> None:
+    made = await _setup(connected)
+    await connected.sync()
+    state: lk_stub.LiveKitState = livekit.state
+    outbound_id = made["outbound"]["id"]
+    livekit.state.fail_methods.add("DeleteSIPTrunk")
+    failed = await connected.delete(f"/api/telephony/trunks/{outbound_id}")
+    assert failed.status_code == 502 and len(state.outbound) == 1
+    assert (await connected.get(f"/api/telephony/trunks/{outbound_id}")).status_code == 200
+    livekit.state.fail_methods.clear()
+    deleted = await connected.delete(f"/api/telephony/trunks/{outbound_id}")
+    assert deleted.status_code == 200 and state.outbound == {}
+    assert len(state.inbound) == 1
