@@ -87,7 +87,10 @@ class Settings(BaseSettings):
     )
 
     telephony_sync_lease_seconds: float = Field(
-        default=300.0, gt=0, le=3600, description="A telephony sync's lease; a dead process frees it after this."
+        default=300.0,
+        gt=0,
+        le=3600,
+        description="A telephony sync's lease; a dead process frees it after this.",
     )
 
     @field_validator("admin_subjects", "outbound_allowlist", mode="before")
