@@ -4,12 +4,15 @@
 in the same encoding with ``livekit-protocol``'s messages, as LiveKit's server does. Requests must carry
 ``Authorization: Bearer <JWT>`` signed with the stub's API secret and holding a ``sip`` grant (``admin``
 to manage trunks and rules, ``call`` to dial); errors are Twirp JSON bodies ``{"code", "msg"}``.
-State lives in memory. ``outage`` makes every call answer 503; ``fail_methods`` fails chosen methods.
+State lives in memory. ``outage`` makes every call answer 503; ``fail_methods`` fails chosen methods;
+clearing ``gate`` holds every call (after recording it) until the gate is set again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +38,11 @@ class LiveKitState:
     calls: list[str] = field(default_factory=list)  # method names, in order
     outage: bool = False
     fail_methods: set[str] = field(default_factory=set)
+    gate: threading.Event = field(default_factory=threading.Event)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self.gate.set()
 
     def reset(self) -> None:
         self.inbound.clear()
@@ -45,6 +52,7 @@ class LiveKitState:
         self.calls.clear()
         self.outage = False
         self.fail_methods.clear()
+        self.gate.set()
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids):06d}"
@@ -197,6 +205,8 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
         if not (claims.sip is not None and getattr(claims.sip, grant, False)):
             return error(TwirpError(403, "permission_denied", f"sip {grant} permission required"))
         state.calls.append(method)
+        while not state.gate.is_set():
+            await asyncio.sleep(0.01)
         if state.outage:
             return error(TwirpError(503, "unavailable", "LiveKit SIP service is down for maintenance"))
         if method in state.fail_methods:

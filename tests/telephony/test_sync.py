@@ -250,3 +250,22 @@ async def test_deleting_a_synced_trunk_deletes_it_at_livekit(connected: Org, liv
     deleted = await connected.delete(f"/api/telephony/trunks/{outbound_id}")
     assert deleted.status_code == 200 and state.outbound == {}
     assert len(state.inbound) == 1
+
+
+async def test_a_second_sync_while_one_talks_to_livekit_is_a_409(connected: Org, livekit: Stub) -> None:
+    """The first sync holds no database transaction while it waits for LiveKit; the second one sees
+    its committed lease and is refused."""
+    import asyncio
+
+    await _setup(connected)
+    state: lk_stub.LiveKitState = livekit.state
+    state.gate.clear()
+    first = asyncio.create_task(connected.sync())
+    while not state.calls:  # the first sync is now inside its first LiveKit call
+        await asyncio.sleep(0.01)
+    second = await connected.sync()
+    assert second.status_code == 409 and "already running" in second.json()["detail"]
+    state.gate.set()
+    finished = await first
+    assert finished.status_code == 200 and len(finished.json()["created"]) == 3
+    assert (await connected.sync()).status_code == 200

@@ -293,11 +293,13 @@ async def sync_admin(
     settings = request.app.state.settings
     await organizations.get_organization(session, org_id)
     holder = await sync.acquire_lease(session, settings, org_id)
-    # The lease must be visible to other processes while the sync talks to the providers, so it is
-    # committed on its own before the sync starts; the request's transaction goes on afterwards.
+    plan = await sync.prepare(session, settings, org_id)
+    # The lease must be visible to other processes while the sync talks to the providers, and no
+    # transaction may stay open meanwhile (SQLite has one writer): commit, then talk, then write the
+    # results (provider ids, synced_at) and release the lease in the request's closing transaction.
     await session.commit()
     try:
-        report = await sync.sync_organization(session, settings, org_id)
+        report = await sync.execute(plan)
     except BaseException:
         await session.rollback()
         await sync.release_lease(session, org_id, holder)

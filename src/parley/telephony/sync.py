@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
@@ -32,6 +33,7 @@ from parley.telephony import service
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk, SyncLease
 from parley.telephony.providers import ProviderFailure
 from parley.telephony.providers.livekit import LiveKitSip
+from parley.telephony.providers.twilio import TwilioClient
 from parley.telephony.schemas import SyncItem, SyncReport
 
 M = TypeVar("M", bound=Message)
@@ -236,14 +238,49 @@ async def _reconcile(
             )
 
 
-async def _sync_livekit(
-    session: AsyncSession, settings: Settings, organization_id: str, report: _Report
-) -> None:
+@dataclass
+class SyncPlan:
+    """Everything a sync needs, read up front so no database transaction stays open during provider
+    calls (on SQLite an open write transaction would block every other writer meanwhile)."""
+
+    organization_id: str
+    settings: Settings
+    trunks: list[SipTrunk]
+    rules: list[DispatchRule]
+    numbers: list[PhoneNumber]
+    livekit: LiveKitSip | None
+    twilio: TwilioClient | None
+
+
+async def prepare(session: AsyncSession, settings: Settings, organization_id: str) -> SyncPlan:
+    """Load the organization's telephony rows and provider clients; changes to the rows made by
+    :func:`execute` are written when the session next flushes."""
     trunks = list((await session.scalars(scoped(SipTrunk, organization_id).order_by(SipTrunk.id))).all())
     rules = list(
         (await session.scalars(scoped(DispatchRule, organization_id).order_by(DispatchRule.id))).all()
     )
-    livekit = await service.livekit_for(session, settings, organization_id)
+    numbers = list(
+        (
+            await session.scalars(
+                scoped(PhoneNumber, organization_id)
+                .where(PhoneNumber.provider == "twilio")
+                .order_by(PhoneNumber.id)
+            )
+        ).all()
+    )
+    return SyncPlan(
+        organization_id=organization_id,
+        settings=settings,
+        trunks=trunks,
+        rules=rules,
+        numbers=numbers,
+        livekit=await service.livekit_for(session, settings, organization_id),
+        twilio=await service.twilio_for(session, settings, organization_id),
+    )
+
+
+async def _sync_livekit(plan: SyncPlan, report: _Report) -> None:
+    settings, trunks, rules, livekit = plan.settings, plan.trunks, plan.rules, plan.livekit
     if livekit is None:
         missing = "LiveKit is not configured in this organization."
         for trunk in trunks:
@@ -323,19 +360,8 @@ async def _sync_trunks(lk: LiveKitSip, settings: Settings, report: _Report, trun
         )
 
 
-async def _sync_twilio(
-    session: AsyncSession, settings: Settings, organization_id: str, report: _Report
-) -> None:
-    numbers = list(
-        (
-            await session.scalars(
-                scoped(PhoneNumber, organization_id)
-                .where(PhoneNumber.provider == "twilio")
-                .order_by(PhoneNumber.id)
-            )
-        ).all()
-    )
-    twilio = await service.twilio_for(session, settings, organization_id)
+async def _sync_twilio(plan: SyncPlan, report: _Report) -> None:
+    settings, numbers, twilio = plan.settings, plan.numbers, plan.twilio
     if twilio is None:
         for row in numbers:
             report.add("errors", _number_item(row, "Twilio is not configured in this organization."))
@@ -395,13 +421,12 @@ def _number_item(row: PhoneNumber, detail: str | None) -> SyncItem:
     )
 
 
-async def sync_organization(session: AsyncSession, settings: Settings, organization_id: str) -> SyncReport:
-    """Reconcile the organization's trunks, dispatch rules and numbers with its providers.
+async def execute(plan: SyncPlan) -> SyncReport:
+    """Reconcile the planned rows with the providers (no database access; rows are updated in memory).
 
     Provider problems never raise: they are listed under ``errors`` and the rest goes on.
     """
-    report = _Report(organization_id)
-    await _sync_livekit(session, settings, organization_id, report)
-    await _sync_twilio(session, settings, organization_id, report)
-    await session.flush()
+    report = _Report(plan.organization_id)
+    await _sync_livekit(plan, report)
+    await _sync_twilio(plan, report)
     return report.report
