@@ -4,7 +4,8 @@
 - ``POST /2010-04-01/Accounts/{sid}/IncomingPhoneNumbers/{PN...}.json`` (``VoiceUrl``, ``VoiceMethod``)
 - ``POST /2010-04-01/Accounts/{sid}/Calls.json`` (``To``, ``From``, ``Url`` or ``Twiml``), answered 201
 HTTP basic auth with the account SID and auth token; errors are Twilio's JSON ``{code, message,
-more_info, status}``. ``outage`` answers 503 to everything.
+more_info, status}``. ``outage`` answers 503 to everything; lists are paged (``PageSize`` capped by ``max_page_size``,
+``next_page_uri``) as Twilio does.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ class TwilioState:
     numbers: dict[str, dict[str, Any]] = field(default_factory=dict)  # sid -> number resource
     calls: list[dict[str, str]] = field(default_factory=list)
     outage: bool = False
+    max_page_size: int = 1000
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def reset(self) -> None:
         self.numbers.clear()
         self.calls.clear()
         self.outage = False
+        self.max_page_size = 1000
 
     def add_number(self, phone_number: str, voice_url: str = "") -> str:
         sid = f"PN{next(self._ids):032x}"
@@ -75,7 +78,15 @@ def make_twilio_stub(state: TwilioState) -> Starlette:
             return refused
         wanted = request.query_params.get("PhoneNumber")
         items = [n for n in state.numbers.values() if wanted is None or n["phone_number"] == wanted]
-        return JSONResponse({"incoming_phone_numbers": items, "page": 0, "next_page_uri": None})
+        size = min(int(request.query_params.get("PageSize", "50")), state.max_page_size)
+        page = int(request.query_params.get("Page", "0"))
+        chunk = items[page * size : (page + 1) * size]
+        next_uri = None
+        if (page + 1) * size < len(items):
+            next_uri = f"/2010-04-01/Accounts/{ACCOUNT_SID}/IncomingPhoneNumbers.json?PageSize={size}&Page={page + 1}"
+        return JSONResponse(
+            {"incoming_phone_numbers": chunk, "page": page, "page_size": size, "next_page_uri": next_uri}
+        )
 
     async def update_number(request: Request) -> JSONResponse:
         if (refused := check(request)) is not None:

@@ -269,3 +269,13 @@ async def test_a_second_sync_while_one_talks_to_livekit_is_a_409(connected: Org,
     finished = await first
     assert finished.status_code == 200 and len(finished.json()["created"]) == 3
     assert (await connected.sync()).status_code == 200
+
+
+async def test_the_twilio_sync_reads_every_page_of_numbers(connected: Org, twilio: Stub) -> None:
+    twilio.state.max_page_size = 2
+    for i in range(5):
+        twilio.state.add_number(f"+493077700{i}")
+    last = await connected.make("/api/telephony/numbers", {"number": "+4930777004", "provider": "twilio"})
+    report = (await connected.sync()).json()
+    assert [u["id"] for u in report["updated"]] == [last["id"]] and report["errors"] == []
+    assert len(report["orphaned"]) == 4

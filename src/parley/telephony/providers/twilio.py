@@ -21,6 +21,7 @@ from parley.telephony.providers import ProviderFailure
 
 API_VERSION = "2010-04-01"
 MAX_RESPONSE_BYTES = 2 * 1024 * 1024
+MAX_PAGES = 50
 
 
 def compute_signature(auth_token: str, url: str, params: Iterable[tuple[str, str]]) -> str:
@@ -64,6 +65,13 @@ class TwilioClient:
     def _account_url(self) -> str:
         return f"{self.config.api_base}/{API_VERSION}/Accounts/{self.config.account_sid}"
 
+    def _url(self, path: str) -> str:
+        # Paging links (``next_page_uri``) are absolute paths from the API root; the rest are relative
+        # to the account. Either way the host stays the configured API base.
+        if path.startswith(f"/{API_VERSION}/Accounts/{self.config.account_sid}/"):
+            return self.config.api_base + path
+        return self._account_url + path
+
     async def _request(
         self,
         method: str,
@@ -76,7 +84,7 @@ class TwilioClient:
         async with guarded_client(self.policy, timeout=self.timeout) as client:
             try:
                 async with client.stream(
-                    method, self._account_url + path, params=params, data=data, auth=auth
+                    method, self._url(path), params=params, data=data, auth=auth
                 ) as response:
                     body = await read_limited(response, MAX_RESPONSE_BYTES)
             except httpx.HTTPError as exc:
@@ -99,9 +107,14 @@ class TwilioClient:
         if phone_number:
             params["PhoneNumber"] = phone_number
         page = await self._request("GET", "/IncomingPhoneNumbers.json", params=params)
-        numbers = [
-            _number(item) for item in page.get("incoming_phone_numbers") or [] if isinstance(item, dict)
-        ]
+        numbers: list[TwilioNumber] = []
+        for _ in range(MAX_PAGES):
+            items = page.get("incoming_phone_numbers") or []
+            numbers += [_number(item) for item in items if isinstance(item, dict)]
+            next_uri = page.get("next_page_uri")
+            if not isinstance(next_uri, str) or not next_uri:
+                break
+            page = await self._request("GET", next_uri)
         return numbers
 
     async def set_voice_url(self, number_sid: str, voice_url: str) -> TwilioNumber:
