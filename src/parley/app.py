@@ -44,6 +44,9 @@ from parley.sessions.router import router as sessions_router
 from parley.sessions.router import voice_router as session_voice_router
 from parley.sessions.tasks import IdleSweeper
 from parley.system.router import router as system_router
+from parley.telephony.router import admin_router as telephony_admin_router
+from parley.telephony.router import calls_router as outbound_calls_router
+from parley.telephony.router import router as telephony_router
 from parley.tools.router import router as tools_router
 from parley.voice.router import router as inference_router
 from parley.voice.transport_ws import router as session_audio_router
@@ -80,6 +83,9 @@ ROUTERS = (
     reporting_router,
     inference_router,
     session_audio_router,
+    telephony_router,
+    telephony_admin_router,
+    outbound_calls_router,
 )
 
 

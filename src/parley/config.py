@@ -96,6 +96,13 @@ class Settings(BaseSettings):
         default=1.0, ge=0, le=60, description="First pause between tries; doubles each time."
     )
 
+    telephony_sync_lease_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=3600,
+        description="A telephony sync's lease; a dead process frees it after this.",
+    )
+
     @field_validator("admin_subjects", "outbound_allowlist", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:

@@ -15,6 +15,7 @@ from parley.llm.models import LLMUsage
 from parley.organizations.models import Membership, Organization
 from parley.providers.models import ProviderConfig
 from parley.sessions.models import ConversationSession
+from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk, SyncLease, TwilioCall
 from parley.tools.models import Tool
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "Dataset",
     "DatasetItem",
     "DatasetTag",
+    "DispatchRule",
     "Flow",
     "FlowVersion",
     "KnowledgeChunk",
@@ -36,8 +38,12 @@ __all__ = [
     "LLMUsage",
     "Membership",
     "Organization",
+    "PhoneNumber",
     "ProviderConfig",
+    "SipTrunk",
+    "SyncLease",
     "Tool",
+    "TwilioCall",
     "User",
     "WhatsAppAccount",
     "WhatsAppMessage",
