@@ -14,7 +14,7 @@ from parley.kit.db import Database
 from parley.sessions.models import ConversationSession
 from parley.telephony.providers.twilio import compute_signature, signature_valid
 from tests.stubs import twilio as tw_stub
-from tests.telephony.conftest import PUBLIC_URL, Org, Stub
+from tests.telephony.conftest import ECHO, PUBLIC_URL, Org, Stub
 
 WEBHOOK = "/api/telephony/twilio/voice"
 CALL_SID = "CA" + "f" * 32
@@ -115,6 +115,45 @@ async def test_an_incoming_call_connects_its_media_stream_to_the_routed_flow(
     assert any(
         e.get("actor_id") == "twilio" and e.get("resource_id") == grant.session_id for e in audit["items"]
     )
+
+
+async def test_a_channel_route_with_office_hours_decides_the_flow(connected: Org, settings: Settings) -> None:
+    other = await connected.make("/api/flows", {"name": "After hours", "definition": ECHO})
+    assert (await connected.post(f"/api/flows/{other['id']}/publish")).status_code == 200
+    for number in ("+4930777001", "+4930777002"):
+        await connected.make(
+            "/api/telephony/numbers", {"number": number, "provider": "twilio", "flow_id": connected.flow_id}
+        )
+    never_open = {"timezone": "Europe/Berlin", "weekly": {}}
+    await connected.make(
+        "/api/channels/routes",
+        {
+            "channel_kind": "phone",
+            "address": "+49 30 777001",
+            "flow_id": connected.flow_id,
+            "office_hours": never_open,
+            "fallback_flow_id": other["id"],
+        },
+    )
+    routed = await _webhook(connected.client, _form("+4930777001", call_sid="CA" + "1" * 32))
+    token = re.search(r'<Parameter name="token" value="([^"]+)"/>', routed.text)
+    assert token is not None, routed.text
+    grant = verify_stream_token(settings, token.group(1), session_id=None, purpose="twilio-media")
+    session = (await connected.get(f"/api/sessions/{grant.session_id}")).json()
+    assert session["flow_id"] == other["id"]  # closed: the route's fallback answers, not the number's flow
+
+    # closed and no fallback: nobody answers, and the caller hears so
+    await connected.make(
+        "/api/channels/routes",
+        {
+            "channel_kind": "phone",
+            "address": "+4930777002",
+            "flow_id": other["id"],
+            "office_hours": never_open,
+        },
+    )
+    closed = await _webhook(connected.client, _form("+4930777002", call_sid="CA" + "2" * 32))
+    assert closed.status_code == 200 and "<Say" in closed.text and "<Hangup/>" in closed.text
 
 
 async def test_forged_and_unsigned_webhooks_are_refused(connected: Org, database: Database) -> None:

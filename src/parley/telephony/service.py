@@ -7,6 +7,7 @@ whatever it had started.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.audit.models import AuditEvent
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.stream_tokens import issue_stream_token
+from parley.channels import routing
 from parley.config import Settings
 from parley.flows.models import Flow
 from parley.kit.crypto import SecretBox, SecretDecryptionError, mask
@@ -229,11 +231,19 @@ async def delete_number(session: AsyncSession, organization_id: str, number_id: 
     return row
 
 
-async def flow_for_number(session: AsyncSession, number: PhoneNumber) -> str | None:
+async def flow_for_number(
+    session: AsyncSession, number: PhoneNumber, at: datetime | None = None
+) -> str | None:
     """The flow that answers a call to ``number`` — the one place that decides it.
 
-    Today: the number's own ``flow_id``. Channel routes (office hours, fallback flows) plug in here.
+    An enabled channel route for the number wins (its office hours pick the flow or the fallback;
+    closed with no fallback means nobody answers); without one, the number's own ``flow_id``.
     """
+    resolution = await routing.resolve(
+        session, number.organization_id, kind="phone", address=number.number, at=at
+    )
+    if resolution.route is not None and resolution.route.enabled:
+        return resolution.flow_id
     return number.flow_id
 
 
