@@ -85,6 +85,12 @@ class Settings(BaseSettings):
     session_idle_seconds: float = Field(
         default=300.0, gt=0, description="A live session without a message this long ends (abandoned)."
     )
+    voice_recording_max_seconds: int = Field(
+        default=900,
+        ge=0,
+        le=4 * 3600,
+        description="A voiced session's stereo recording keeps its first this many seconds; 0 records nothing.",
+    )
 
     @field_validator("admin_subjects", "outbound_allowlist", mode="before")
     @classmethod
