@@ -45,6 +45,7 @@ from parley.sessions.tasks import IdleSweeper
 from parley.system.router import router as system_router
 from parley.tools.router import router as tools_router
 from parley.voice.router import router as inference_router
+from parley.voice.transport_twilio import router as twilio_media_router
 from parley.voice.transport_ws import router as session_audio_router
 
 DESCRIPTION = (
@@ -78,6 +79,7 @@ ROUTERS = (
     reporting_router,
     inference_router,
     session_audio_router,
+    twilio_media_router,
 )
 
 

@@ -229,6 +229,8 @@ class VoiceCall:
         # how the session ends when the caller goes and the flow has not ended it
         self.caller_ended = False
         self.end_as: tuple[str, str] | None = None
+        # the close code and reason when the transport closes for a reason of its own (bad input)
+        self.close_with: tuple[int, str] | None = None
         settings = app.state.settings
         self.recorder: StereoRecorder | None = None
         if settings.voice_recording_max_seconds > 0:
@@ -424,8 +426,9 @@ async def converse(websocket: WebSocket, call: VoiceCall) -> None:
         with contextlib.suppress(WebSocketDisconnect):
             await call.run()
         if websocket.client_state == WebSocketState.CONNECTED:
+            code, reason = call.close_with or (1000, "")
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-                await websocket.close(code=1000)
+                await websocket.close(code=code, reason=reason[:120])
     finally:
         _CONNECTED.discard(call.session_id)
     await call.persist()
