@@ -126,5 +126,9 @@ class FakeTurns:
         ended = self.end_after is not None and len(self.texts) >= self.end_after
         result = TurnResult(events=events, engine_ms=1.5, llm_first_token_ms=12.0)
         return TurnReply(
-            result, ended=ended, outcome="completed" if ended else None, reason="flow_end" if ended else None
+            result,
+            ended=ended,
+            outcome="completed" if ended else None,
+            reason="flow_end" if ended else None,
+            metrics_index=len(self.texts),  # entry 0 is the flow's opening
         )

@@ -127,6 +127,18 @@ def media_url(live: dict[str, Any]) -> str:
     return f"{live['ws']}/api/telephony/twilio/media"
 
 
+async def closed_after(
+    live: dict[str, Any], token: str | None, media_format: dict[str, Any] | None = None, garbage: int = 0
+) -> tuple[int | None, str | None]:
+    """Start a stream (then send ``garbage`` text); how the server closed it."""
+    async with connect(media_url(live)) as ws:
+        twilio = FakeTwilio(ws)
+        await twilio.start(token, media_format)
+        for _ in range(garbage):
+            await ws.send("garbage")
+        return await twilio.closed()
+
+
 async def test_a_twilio_call_is_greeted_answered_marked_recorded_and_measured(live: dict[str, Any]) -> None:
     fakes = use_fakes(live, "one two")
     fakes.tts.pcm = TONE
@@ -255,12 +267,7 @@ async def test_a_dropped_socket_ends_the_session_and_a_flood_of_garbage_closes_i
     assert call_record_when(live, dropped)["outcome"] == "abandoned"
 
     flooded = new_session(live, channel="phone")
-    async with connect(media_url(live)) as ws:
-        twilio = FakeTwilio(ws)
-        await twilio.start(stream_token(live, flooded))
-        for _ in range(20):
-            await ws.send("garbage")
-        code, reason = await twilio.closed()
+    code, reason = await closed_after(live, stream_token(live, flooded), garbage=20)
     assert code == 1007 and "malformed" in (reason or "")
     assert wait_ended(live, flooded)["outcome"] == "abandoned"
     assert call_record_when(live, flooded)["session_id"] == flooded
@@ -271,12 +278,8 @@ async def test_a_wrong_media_format_closes_with_a_reason_and_the_call_is_recorde
 ) -> None:
     use_fakes(live)
     session_id = new_session(live, channel="phone")
-    async with connect(media_url(live)) as ws:
-        twilio = FakeTwilio(ws)
-        await twilio.start(
-            stream_token(live, session_id), {"encoding": "audio/l16", "sampleRate": 16000, "channels": 1}
-        )
-        code, reason = await twilio.closed()
+    l16 = {"encoding": "audio/l16", "sampleRate": 16000, "channels": 1}
+    code, reason = await closed_after(live, stream_token(live, session_id), l16)
     assert code == 1003 and "audio/x-mulaw 8000 Hz" in (reason or "")
     row = wait_ended(live, session_id)
     assert (row["outcome"], row["end_reason"]) == ("failed", "unsupported_media_format")
@@ -312,18 +315,11 @@ async def test_the_stream_token_is_checked(live: dict[str, Any]) -> None:
         (live["token"], "Not a stream token"),  # a login token is not a stream token
         (audio_token, "something else"),  # a browser's audio token cannot open a phone stream
     ]:
-        async with connect(media_url(live)) as ws:
-            twilio = FakeTwilio(ws)
-            await twilio.start(token)
-            code, reason = await twilio.closed()
+        code, reason = await closed_after(live, token)
         assert code == 1008 and expected in (reason or ""), reason
     ended = httpx.post(f"{live['url']}/api/sessions/{session_id}/end", headers=live["headers"])
     assert ended.status_code == 200
-    async with connect(media_url(live)) as ws:
-        twilio = FakeTwilio(ws)
-        await twilio.start(stream_token(live, session_id))
-        code, _ = await twilio.closed()
-    assert code == 4409
+    assert (await closed_after(live, stream_token(live, session_id)))[0] == 4409
 
 
 async def test_one_session_takes_one_media_stream_at_a_time(live: dict[str, Any]) -> None:
@@ -333,10 +329,7 @@ async def test_one_session_takes_one_media_stream_at_a_time(live: dict[str, Any]
     async with connect(media_url(live)) as first:
         await FakeTwilio(first).start(token)
         await FakeTwilio(first).until("mark")
-        async with connect(media_url(live)) as second:
-            twilio = FakeTwilio(second)
-            await twilio.start(token)
-            code, reason = await twilio.closed()
+        code, reason = await closed_after(live, token)
         assert code == 4409 and "already" in (reason or "")
         await FakeTwilio(first).stop()
     assert wait_ended(live, session_id)["status"] == "ended"

@@ -227,6 +227,20 @@ def has_voice_metrics(call: dict[str, Any]) -> bool:
     return any(m.get("voice_to_voice_ms") is not None for m in call["turn_metrics"])
 
 
+async def answer_once(live: dict[str, Any]) -> dict[str, Any]:
+    """One spoken answer that ends the digits flow; the call record once its voice metrics are on."""
+    session_id = new_session(live)
+    async with connect(
+        f"{live['ws']}/api/sessions/{session_id}/audio", additional_headers=live["headers"]
+    ) as ws:
+        await ws.recv()
+        for frame in [SPEECH] * 10 + [SILENCE] * 40:
+            await ws.send(frame)
+        await events_until(ws, "end")
+        await close_code(ws)
+    return call_record_when(live, session_id, has_voice_metrics)
+
+
 async def test_the_call_record_gets_the_stereo_recording_and_the_voice_metrics(live: dict[str, Any]) -> None:
     fakes = use_fakes(live, "one two")
     fakes.tts.pcm, fakes.tts.frames = TONE, 25  # half a second of a 400 Hz tone
@@ -277,16 +291,7 @@ async def test_a_failing_blob_store_costs_the_recording_not_the_call_record(
     blobs = live["app"].state.blobs
     live["app"].state.blobs = LocalBlobStore(blocker)
     try:
-        session_id = new_session(live)
-        async with connect(
-            f"{live['ws']}/api/sessions/{session_id}/audio", additional_headers=live["headers"]
-        ) as ws:
-            await ws.recv()
-            for frame in [SPEECH] * 10 + [SILENCE] * 40:
-                await ws.send(frame)
-            await events_until(ws, "end")
-            await close_code(ws)
-        call = call_record_when(live, session_id, has_voice_metrics)
+        call = await answer_once(live)
     finally:
         live["app"].state.blobs = blobs
     assert call["outcome"] == "completed" and call["recording_url"] is None
@@ -299,16 +304,7 @@ async def test_recording_can_be_switched_off(live: dict[str, Any]) -> None:
     before = settings.voice_recording_max_seconds
     settings.voice_recording_max_seconds = 0
     try:
-        session_id = new_session(live)
-        async with connect(
-            f"{live['ws']}/api/sessions/{session_id}/audio", additional_headers=live["headers"]
-        ) as ws:
-            await ws.recv()
-            for frame in [SPEECH] * 10 + [SILENCE] * 40:
-                await ws.send(frame)
-            await events_until(ws, "end")
-            await close_code(ws)
-        call = call_record_when(live, session_id, has_voice_metrics)
+        call = await answer_once(live)
     finally:
         settings.voice_recording_max_seconds = before
     assert call["recording_url"] is None
