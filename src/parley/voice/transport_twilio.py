@@ -68,12 +68,14 @@ async def _await_start(websocket: WebSocket) -> StreamStart | None:
     """Read ``connected`` and ``start``; None when Twilio went away first."""
     while True:
         try:
-            text = await asyncio.wait_for(websocket.receive_text(), START_TIMEOUT_S)
+            received = await asyncio.wait_for(websocket.receive(), START_TIMEOUT_S)
         except TimeoutError as exc:
             raise Refused(CLOSE_POLICY, "No 'start' message arrived.") from exc
         except (WebSocketDisconnect, RuntimeError):
             return None
-        message = _parse(text)
+        if received["type"] == "websocket.disconnect":
+            return None
+        message = _parse(received.get("text"))
         if message is None:
             raise Refused(CLOSE_INVALID, "Media Stream messages are JSON text.")
         event = message.get("event")

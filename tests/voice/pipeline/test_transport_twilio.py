@@ -291,6 +291,7 @@ async def test_a_wrong_media_format_closes_with_a_reason_and_the_call_is_recorde
     [
         ([{"event": "connected"}, {"event": "media", "media": {"payload": ""}}], 1008, "Expected 'start'"),
         (["not json"], 1007, "JSON"),
+        ([b"\x00\x01"], 1007, "JSON"),
         ([{"event": "start", "start": {"customParameters": {}}}], 1008, "streamSid"),
     ],
 )
@@ -299,7 +300,7 @@ async def test_protocol_errors_before_start_close_with_a_reason(
 ) -> None:
     async with connect(media_url(live)) as ws:
         for message in messages:
-            await ws.send(message if isinstance(message, str) else json.dumps(message))
+            await ws.send(message if isinstance(message, str | bytes) else json.dumps(message))
         with pytest.raises(ConnectionClosed):
             await asyncio.wait_for(ws.recv(), 10)
     assert ws.close_code == code and reason in (ws.close_reason or "")
