@@ -41,6 +41,7 @@ START_TIMEOUT_S = 10.0  # Twilio sends `connected` and `start` at once
 END_MARK = "end"
 END_MARK_WAIT_S = 5.0  # after the last words, wait this long at most for Twilio to have played them
 MAX_BAD_MESSAGES = 20  # then the stream is closed (1007)
+MAX_DIGITS = 64  # keys collected before '#'
 MAX_PAYLOAD_BYTES = 64 * 1024  # base64 of one media message; Twilio sends 20 ms (160 bytes)
 
 CLOSE_POLICY = 1008  # no or a bad token, media before start
@@ -244,14 +245,23 @@ class _TwilioCall(VoiceCall):
                 return
             elif event == "dtmf":
                 dtmf = parsed.get("dtmf")
-                digit = str(dtmf.get("digit", ""))[:1] if isinstance(dtmf, dict) else ""
-                self.digits.append(digit)
-                log.info("twilio_dtmf", session_id=self.session_id, digit=digit)
+                self._on_key(str(dtmf.get("digit", "")) if isinstance(dtmf, dict) else "")
             elif event in ("connected", "start"):
                 if self._bad("repeated", f"A second {event!r} message."):
                     return
             elif self._bad("unknown_event", f"Unknown event {str(event)[:30]!r}."):
                 return
+
+    def _on_key(self, key: str) -> None:
+        """Telephone keys: digits collect until ``#``, which sends them as the caller's answer."""
+        if key == "#":
+            typed, self.digits = "".join(self.digits), []
+            log.info("twilio_dtmf_answer", session_id=self.session_id, digits=len(typed))
+            self.pipeline.push_text(typed)
+        elif len(key) == 1 and key in "0123456789*" and len(self.digits) < MAX_DIGITS:
+            self.digits.append(key)
+        else:
+            log.warning("twilio_bad_message", session_id=self.session_id, code="invalid_dtmf", key=key[:5])
 
     def _on_media(self, media: Any) -> bool:
         """Decode one media message into the pipeline; False when the stream must close."""

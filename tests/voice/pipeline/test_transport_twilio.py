@@ -334,3 +334,24 @@ async def test_one_session_takes_one_media_stream_at_a_time(live: dict[str, Any]
         assert code == 4409 and "already" in (reason or "")
         await FakeTwilio(first).stop()
     assert wait_ended(live, session_id)["status"] == "ended"
+
+
+async def test_telephone_keys_up_to_hash_are_the_callers_answer(live: dict[str, Any]) -> None:
+    fakes = use_fakes(live)
+    session_id = new_session(live, channel="phone")
+    async with connect(media_url(live)) as ws:
+        twilio = FakeTwilio(ws)
+        await twilio.start(stream_token(live, session_id))
+        await twilio.until("mark")
+        for key in ["4", "2", "x", "#"]:  # "x" is no key: skipped
+            await twilio.send(
+                "dtmf", streamSid=twilio.stream_sid, dtmf={"track": "inbound_track", "digit": key}
+            )
+        await twilio.until("mark", "end")
+        await twilio.closed()
+    assert fakes.tts.texts[-1] == "Thanks, your number is 42."
+    row = wait_ended(live, session_id)
+    assert row["variables"]["number"] == "42" and row["outcome"] == "completed"
+    call = call_record_when(live, session_id, lambda c: c["recording_url"] is not None)
+    answer = call["turn_metrics"][1]
+    assert answer["voice_to_voice_ms"] is not None and answer["stt_final_ms"] is None

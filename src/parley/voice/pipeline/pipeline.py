@@ -257,8 +257,18 @@ class VoicePipeline:
             await utterance.stream.aclose()
         metrics.stt_final_ms = (self.clock() - speech_end) * 1000
         metrics.stt_engine_ms = utterance.engine_s * 1000
-        if not text:
+        if text:
+            await self._answer(text, metrics)
+
+    def push_text(self, text: str) -> None:
+        """The caller's answer without speech (telephone keys): a turn, as if it had been said."""
+        if self.ended or not text:
             return
+        if self.agent_speaking:
+            self.interrupt()
+        self._spawn(self._answer(text, TurnTimings(self.clock())))
+
+    async def _answer(self, text: str, metrics: TurnTimings) -> None:
         async with self._turn_lock:
             if self.ended:
                 return
