@@ -38,7 +38,9 @@ from parley.voice.session_call import (
     CLOSE_NOT_FOUND,
     CLOSE_RATE_LIMITED,
     CLOSE_UNAUTHORIZED,
+    DIGITS,
     FRAME_MS,
+    PLAYOUT_LEAD_S,
     SAMPLE_RATE,
     Engines,
     EnginesFactory,
@@ -51,7 +53,19 @@ from parley.voice.session_call import (
     phrases_for,
 )
 
-__all__ = ["Engines", "EnginesFactory", "SessionTurns", "phrases_for", "router", "session_audio_socket"]
+# The names other modules (benchmarks, embedders) have imported from here.
+__all__ = [
+    "DIGITS",
+    "FRAME_MS",
+    "PLAYOUT_LEAD_S",
+    "SAMPLE_RATE",
+    "Engines",
+    "EnginesFactory",
+    "SessionTurns",
+    "phrases_for",
+    "router",
+    "session_audio_socket",
+]
 
 log = structlog.get_logger("parley.voice.ws")
 
