@@ -274,9 +274,9 @@ async def test_the_call_record_gets_the_stereo_recording_and_the_voice_metrics(l
     # the caller's 200 ms of speech after 200 ms of silence, on the left only
     assert rms(left[3200:6400]) > 9000 and rms(right[3200:6400]) == 0
     assert rms(left[:3200]) == 0
-    # the agent's half second, on the right, after the caller's audio (1.2 s), the left silent there
+    # the agent's half second, on the right, after the caller's speech and its end, the left silent there
     speaking = np.flatnonzero(right)
-    assert speaking.size > 0 and speaking[0] >= 19200
+    assert speaking.size > 0 and speaking[0] >= 16000  # at least 600 ms of silence after the speech
     assert speaking[-1] - speaking[0] < 8000 + 320
     assert rms(right[speaking[0] : speaking[-1]]) > 4000 and rms(left[speaking[0] : speaking[-1]]) == 0
     assert len(samples) == speaking[-1] + 1 or rms(samples[speaking[-1] + 1 :]) == 0
