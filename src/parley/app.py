@@ -49,6 +49,7 @@ from parley.telephony.router import calls_router as outbound_calls_router
 from parley.telephony.router import router as telephony_router
 from parley.tools.router import router as tools_router
 from parley.voice.router import router as inference_router
+from parley.voice.transport_twilio import router as twilio_media_router
 from parley.voice.transport_ws import router as session_audio_router
 
 DESCRIPTION = (
@@ -86,6 +87,7 @@ ROUTERS = (
     telephony_router,
     telephony_admin_router,
     outbound_calls_router,
+    twilio_media_router,
 )
 
 

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
         le=3600,
         description="A telephony sync's lease; a dead process frees it after this.",
     )
+    voice_recording_max_seconds: int = Field(
+        default=900,
+        ge=0,
+        le=4 * 3600,
+        description="A voiced session's stereo recording keeps its first this many seconds; 0 records nothing.",
+    )
 
     @field_validator("admin_subjects", "outbound_allowlist", mode="before")
     @classmethod
