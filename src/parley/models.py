@@ -8,6 +8,7 @@ from parley.brain.models import BrainSignal
 from parley.calls.models import Call
 from parley.datasets.models import Dataset, DatasetItem, DatasetTag
 from parley.flows.models import Flow, FlowVersion
+from parley.integrations.models import IntegrationClient, IntegrationConnection, OAuthState
 from parley.kit.db import Base
 from parley.knowledge.models import KnowledgeChunk, KnowledgeDocument
 from parley.llm.models import LLMUsage
@@ -29,10 +30,13 @@ __all__ = [
     "DatasetTag",
     "Flow",
     "FlowVersion",
+    "IntegrationClient",
+    "IntegrationConnection",
     "KnowledgeChunk",
     "KnowledgeDocument",
     "LLMUsage",
     "Membership",
+    "OAuthState",
     "Organization",
     "ProviderConfig",
     "Tool",
