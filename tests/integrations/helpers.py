@@ -11,7 +11,11 @@ CALLBACK = "/api/integrations/oauth/callback"
 
 
 async def put_client(
-    client: httpx.AsyncClient, headers: dict[str, str], provider: Provider, key: str = "acme", **overrides: Any
+    client: httpx.AsyncClient,
+    headers: dict[str, str],
+    provider: Provider,
+    key: str = "acme",
+    **overrides: Any,
 ) -> dict[str, Any]:
     response = await client.put(
         f"/api/integrations/{key}/client", json=provider.client_body(**overrides), headers=headers

@@ -79,7 +79,9 @@ async def test_client_bodies_as_multipart_and_text(client: httpx.AsyncClient, pr
     body = provider.client_body()
     form = {k: v for k, v in body.items() if k != "scopes"}
     form["scopes"] = '["a.read", "b.write"]'
-    response = await client.put("/api/integrations/acme/client", data=form, files={"attachment": ("x.txt", b"a")}, headers=headers)
+    response = await client.put(
+        "/api/integrations/acme/client", data=form, files={"attachment": ("x.txt", b"a")}, headers=headers
+    )
     assert response.status_code == 200, response.text
     assert response.json()["scopes"] == ["a.read", "b.write"]
     import json
@@ -117,7 +119,10 @@ async def test_preset_needs_only_client_credentials_and_refuses_endpoints(client
         headers=headers,
     )
     assert ms.status_code == 200
-    assert ms.json()["token_url"] == "https://login.microsoftonline.com/contoso.onmicrosoft.com/oauth2/v2.0/token"
+    assert (
+        ms.json()["token_url"]
+        == "https://login.microsoftonline.com/contoso.onmicrosoft.com/oauth2/v2.0/token"
+    )
     tenant_on_google = await client.put(
         "/api/integrations/google/client",
         json={"client_id": "x", "client_secret": "y", "tenant": "abc"},
@@ -151,7 +156,9 @@ async def test_custom_provider_validation(client: httpx.AsyncClient, provider: P
     )
     assert no_secret.status_code == 400 and "client_secret" in no_secret.json()["detail"]
     for key in ("generic", "oauth", "connections", "Bad_Key"):
-        response = await client.put(f"/api/integrations/{key}/client", json=provider.client_body(), headers=headers)
+        response = await client.put(
+            f"/api/integrations/{key}/client", json=provider.client_body(), headers=headers
+        )
         assert response.status_code == 404, key
     unknown = await client.get("/api/integrations/acme/client", headers=headers)
     assert unknown.status_code == 404 and "PUT /api/integrations/acme/client" in unknown.json()["detail"]
@@ -168,7 +175,9 @@ async def test_roles_and_tenancy(client: httpx.AsyncClient, provider: Provider) 
     assert add.status_code == 200, add.text
     bob = auth(BOB, org_id)
     assert (await client.get("/api/integrations/acme/client", headers=bob)).status_code == 200
-    assert (await client.put("/api/integrations/acme/client", json=provider.client_body(), headers=bob)).status_code == 403
+    assert (
+        await client.put("/api/integrations/acme/client", json=provider.client_body(), headers=bob)
+    ).status_code == 403
     assert (await client.post("/api/integrations/acme/connect", json={}, headers=bob)).status_code == 403
     # Another organization sees nothing of it.
     other = await admin_headers(client)

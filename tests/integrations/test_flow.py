@@ -41,7 +41,9 @@ async def test_connect_returns_an_authorization_url_with_state_and_pkce(
     assert len(started["state"]) >= 43
 
     # Stored hashed, bound to user, organization and provider; the verifier sealed.
-    row = await db_session.scalar(select(OAuthState).where(OAuthState.state_hash == sha256_hex(started["state"])))
+    row = await db_session.scalar(
+        select(OAuthState).where(OAuthState.state_hash == sha256_hex(started["state"]))
+    )
     assert row is not None
     assert row.organization_id == headers["X-Organization-Id"] and row.provider == "acme"
     assert row.user_id.startswith("usr_") and row.consumed_at is None
@@ -60,7 +62,10 @@ async def test_connect_body_is_optional_and_scopes_can_be_narrowed(
     narrowed = await connect(client, headers, body={"scopes": ["calendar.read"]})
     assert query_of(narrowed["authorization_url"])["scope"] == "calendar.read"
     form = await client.post(
-        "/api/integrations/acme/connect", data={"return_to": "/done"}, files={"f": ("f.txt", b"x")}, headers=headers
+        "/api/integrations/acme/connect",
+        data={"return_to": "/done"},
+        files={"f": ("f.txt", b"x")},
+        headers=headers,
     )
     assert form.status_code == 200, form.text
 
@@ -97,7 +102,9 @@ async def test_return_to_must_be_an_allowed_target(
 ) -> None:
     headers = await admin_headers(client)
     await put_client(client, headers, provider)
-    response = await client.post("/api/integrations/acme/connect", json={"return_to": return_to}, headers=headers)
+    response = await client.post(
+        "/api/integrations/acme/connect", json={"return_to": return_to}, headers=headers
+    )
     assert response.status_code == status, response.text
     if status == 400:
         assert "return_to" in response.json()["detail"]
@@ -169,7 +176,9 @@ async def test_full_flow_stores_tokens_sealed_and_they_work(
 
     # The callback wrote its own audit event (it has no bearer token).
     event = await db_session.scalar(
-        select(AuditEvent).where(AuditEvent.action == "integration_connected", AuditEvent.resource_id == row.id)
+        select(AuditEvent).where(
+            AuditEvent.action == "integration_connected", AuditEvent.resource_id == row.id
+        )
     )
     assert event is not None and event.organization_id == headers["X-Organization-Id"]
 
@@ -251,7 +260,9 @@ async def test_access_denied_is_a_clear_400_and_consumes_the_state(
     detail = response.json()["detail"]
     assert "did not grant access" in detail and "access_denied" in detail and "declined" in detail
 
-    row = await db_session.scalar(select(OAuthState).where(OAuthState.state_hash == sha256_hex(started["state"])))
+    row = await db_session.scalar(
+        select(OAuthState).where(OAuthState.state_hash == sha256_hex(started["state"]))
+    )
     assert row is not None and row.consumed_at is not None
     # A code arriving later for the same state is refused.
     late = await client.get(f"{CALLBACK}?code=whatever&state={started['state']}")
@@ -282,7 +293,10 @@ async def test_token_endpoint_refusal_is_502_with_the_reason(
     [
         ((503, "<html>upstream down</html>"), "HTTP 503: <html>upstream down</html>"),
         ((200, {"token_type": "Bearer"}), "without an access token"),
-        ((400, {"error": "invalid_grant", "error_description": "Code expired"}), "invalid_grant: Code expired"),
+        (
+            (400, {"error": "invalid_grant", "error_description": "Code expired"}),
+            "invalid_grant: Code expired",
+        ),
     ],
 )
 async def test_token_endpoint_failures(
@@ -308,16 +322,22 @@ async def test_unreachable_or_private_token_endpoint(
     assert "non-public address" in response.json()["detail"]
 
 
-async def test_callback_checks_the_person_is_still_allowed(client: httpx.AsyncClient, provider: Provider) -> None:
+async def test_callback_checks_the_person_is_still_allowed(
+    client: httpx.AsyncClient, provider: Provider
+) -> None:
     headers = await admin_headers(client)
     org_id = headers["X-Organization-Id"]
-    await client.post(f"/api/organizations/{org_id}/members", json={"subject": "bob", "role": "admin"}, headers=headers)
+    await client.post(
+        f"/api/organizations/{org_id}/members", json={"subject": "bob", "role": "admin"}, headers=headers
+    )
     bob = auth(BOB, org_id)
     await put_client(client, headers, provider)
     started = await connect(client, bob)
     members = (await client.get(f"/api/organizations/{org_id}/members", headers=headers)).json()
     bob_id = next(m["user_id"] for m in members if m["subject"] == "bob")
-    demote = await client.patch(f"/api/organizations/{org_id}/members/{bob_id}", json={"role": "viewer"}, headers=headers)
+    demote = await client.patch(
+        f"/api/organizations/{org_id}/members/{bob_id}", json={"role": "viewer"}, headers=headers
+    )
     assert demote.status_code == 200, demote.text
     response = await client.get(await browse(started["authorization_url"]))
     assert response.status_code == 400 and "no longer" in response.json()["detail"]

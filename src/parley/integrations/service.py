@@ -634,11 +634,13 @@ class AccessToken:
     refreshed: bool
 
 
-_LOCKS: dict[str, asyncio.Lock] = {}
+_LOCKS: dict[tuple[int, str], asyncio.Lock] = {}
 
 
 def _lock(connection_id: str) -> asyncio.Lock:
-    return _LOCKS.setdefault(connection_id, asyncio.Lock())
+    """The in-process refresh lock of a connection (per event loop: asyncio locks belong to one)."""
+    key = (id(asyncio.get_running_loop()), connection_id)
+    return _LOCKS.setdefault(key, asyncio.Lock())
 
 
 def _check_usable(row: IntegrationConnection) -> None:
