@@ -87,7 +87,7 @@ def authorization_url(
     return str(httpx.URL(config.authorize_url).copy_merge_params(params))
 
 
-def _clean(text: object, limit: int = 300) -> str:
+def clean_text(text: object, limit: int = 300) -> str:
     """Provider-supplied text, safe to show: printable, one line, bounded."""
     value = "".join(ch if ch.isprintable() else " " for ch in str(text)).strip()
     return value[:limit]
@@ -130,14 +130,14 @@ def _parse_token_response(provider: str, status: int, body: bytes, what: str) ->
     except orjson.JSONDecodeError:
         data = None
     if isinstance(data, dict) and "error" in data:
-        error = _clean(data.get("error"), 80)
+        error = clean_text(data.get("error"), 80)
         description = data.get("error_description")
-        reason = f"{error}: {_clean(description)}" if description else error
+        reason = f"{error}: {clean_text(description)}" if description else error
         raise OAuthProviderError(
             f"The provider {provider!r} refused the {what} (HTTP {status}): {reason}", error=error
         )
     if status != 200:
-        snippet = _clean(body.decode("utf-8", "replace"), 200) if body else "no body"
+        snippet = clean_text(body.decode("utf-8", "replace"), 200) if body else "no body"
         raise OAuthProviderError(
             f"The provider {provider!r} answered the {what} with HTTP {status}: {snippet}"
         )
@@ -156,7 +156,7 @@ def _parse_token_response(provider: str, status: int, body: bytes, what: str) ->
     refresh = data.get("refresh_token")
     return TokenSet(
         access_token=data["access_token"],
-        token_type=_clean(data.get("token_type") or "Bearer", 40),
+        token_type=clean_text(data.get("token_type") or "Bearer", 40),
         refresh_token=refresh if isinstance(refresh, str) and refresh else None,
         expires_in=expires_in if isinstance(expires_in, int) and expires_in > 0 else None,
         scopes=scope.split() if isinstance(scope, str) else None,
@@ -204,4 +204,4 @@ async def revoke(
         return exc.detail
     if status == 200:
         return None
-    return f"The provider answered the revocation with HTTP {status}: {_clean(body.decode('utf-8', 'replace'), 200)}"
+    return f"The provider answered the revocation with HTTP {status}: {clean_text(body.decode('utf-8', 'replace'), 200)}"

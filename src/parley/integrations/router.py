@@ -153,7 +153,7 @@ async def refresh_integration_connection(
     settings = request.app.state.settings
     describe(request, "integration_connection", connection_id)
     try:
-        async with service._lock(connection_id):
+        async with service.refresh_lock(connection_id):
             row, _ = await service.refresh_locked(
                 session, settings, context.organization_id, connection_id, force=True
             )

@@ -454,9 +454,9 @@ async def complete_callback(
     pending = await consume_state(session, params.state)
     provider = pending.provider
     if params.error:
-        reason = oauth._clean(params.error, 80)
+        reason = oauth.clean_text(params.error, 80)
         if params.error_description:
-            reason += f": {oauth._clean(params.error_description)}"
+            reason += f": {oauth.clean_text(params.error_description)}"
         _audit(session, request, pending, None, "integration_authorization_declined", reason=reason)
         raise BadRequest(f"The provider {provider!r} did not grant access ({reason}). Start again to retry.")
     if not params.code:
@@ -637,7 +637,7 @@ class AccessToken:
 _LOCKS: dict[tuple[int, str], asyncio.Lock] = {}
 
 
-def _lock(connection_id: str) -> asyncio.Lock:
+def refresh_lock(connection_id: str) -> asyncio.Lock:
     """The in-process refresh lock of a connection (per event loop: asyncio locks belong to one)."""
     key = (id(asyncio.get_running_loop()), connection_id)
     return _LOCKS.setdefault(key, asyncio.Lock())
@@ -732,7 +732,7 @@ async def access_token_for(
                 )
                 if access is not None:
                     return AccessToken(access, row.token_type, row.expires_at, refreshed=False)
-    async with _lock(connection_id), db.write_sessionmaker() as session:
+    async with refresh_lock(connection_id), db.write_sessionmaker() as session:
         try:
             _, token = await refresh_locked(
                 session, settings, None, connection_id, force=force, margin=margin
