@@ -124,3 +124,14 @@ async def test_concurrent_access_token_for_refreshes_once(
         await db.dispose()
     assert len(provider.stub.refreshes()) == 1
     assert len({t.token for t in tokens}) == 1 and sum(t.refreshed for t in tokens) == 1
+
+
+async def test_racing_callbacks_with_one_state_connect_once(live: Live, provider: Provider) -> None:
+    started = await live.http.post("/api/integrations/acme/connect", json={}, headers=live.headers)
+    callback_path = await browse(started.json()["authorization_url"], public_url=live.url)
+    responses = await asyncio.gather(*(live.http.get(callback_path) for _ in range(3)))
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses[0] == 200 and statuses.count(200) == 1, [r.text for r in responses]
+    assert all(s in (400, 502) for s in statuses[1:])
+    listed = (await live.http.get("/api/integrations/connections", headers=live.headers)).json()["items"]
+    assert len(listed) == 1

@@ -419,75 +419,90 @@ class CallbackParams:
     error_description: str | None
 
 
-async def consume_state(session: AsyncSession, state: str | None) -> OAuthState:
-    """Take the pending state for this callback, once: missing, unknown, reused or expired → 400."""
+async def find_state(session: AsyncSession, state: str | None) -> OAuthState:
+    """The pending state of a callback: missing, unknown, already used or expired → 400."""
     if not state:
         raise BadRequest(
             "The callback has no state; start again with POST /api/integrations/{provider}/connect."
         )
-    digest = sha256_hex(state)
-    now = utcnow()
+    row = await session.scalar(select(OAuthState).where(OAuthState.state_hash == sha256_hex(state)))
+    if row is None:
+        raise BadRequest("The state is not one this server issued (or it was removed long ago); start again.")
+    if row.consumed_at is not None:
+        raise BadRequest(ALREADY_USED)
+    if row.expires_at <= utcnow():
+        raise BadRequest("The state expired; the authorization has to complete within minutes. Start again.")
+    return row
+
+
+ALREADY_USED = "This state was already used; each authorization can complete once. Start again."
+
+
+async def claim_state(session: AsyncSession, state_id: str) -> bool:
+    """Use the state up, atomically: of two callbacks racing with one state, one gets ``True``."""
     result = cast(
         CursorResult[Any],
         await session.execute(
             update(OAuthState)
-            .where(OAuthState.state_hash == digest, OAuthState.consumed_at.is_(None))
-            .values(consumed_at=now)
+            .where(OAuthState.id == state_id, OAuthState.consumed_at.is_(None))
+            .values(consumed_at=utcnow())
             .execution_options(synchronize_session=False)
         ),
     )
-    row = await session.scalar(
-        select(OAuthState).where(OAuthState.state_hash == digest).execution_options(populate_existing=True)
-    )
-    if row is None:
-        raise BadRequest("The state is not one this server issued (or it was removed long ago); start again.")
-    if result.rowcount != 1:
-        raise BadRequest("This state was already used; each authorization can complete once. Start again.")
-    if row.expires_at <= now:
-        raise BadRequest("The state expired; the authorization has to complete within minutes. Start again.")
-    return row
+    return result.rowcount == 1
+
+
+@dataclass(frozen=True)
+class _Pending:
+    id: str
+    organization_id: str
+    user_id: str
+    provider: str
+    redirect_uri: str
+    return_to: str | None
+    scopes: list[str]
 
 
 async def complete_callback(
     session: AsyncSession, settings: Settings, request: Request, params: CallbackParams
 ) -> CallbackOut:
-    pending = await consume_state(session, params.state)
+    """Check the state, exchange the code, store the tokens. Whatever happens once the state is known
+    uses it up; the caller must commit on errors too (the router answers them instead of raising)."""
+    row = await find_state(session, params.state)
+    pending = _Pending(
+        row.id,
+        row.organization_id,
+        row.user_id,
+        row.provider,
+        row.redirect_uri,
+        row.return_to,
+        list(row.scopes),
+    )
+    try:
+        config, verifier = await _check_callback(session, settings, request, row, params)
+    except ParleyError:
+        await claim_state(session, pending.id)
+        raise
+    # No transaction stays open during the call to the provider: on SQLite a read transaction that
+    # later writes fails if anyone else wrote meanwhile, and on PostgreSQL nothing needs to be held.
+    await session.rollback()
+    try:
+        assert params.code is not None
+        tokens = await oauth.exchange_code(
+            _policy(settings),
+            settings.outbound_timeout,
+            config,
+            code=params.code,
+            code_verifier=verifier,
+            redirect_uri=pending.redirect_uri,
+        )
+    except ParleyError:
+        await claim_state(session, pending.id)
+        raise
+    if not await claim_state(session, pending.id):
+        raise BadRequest(ALREADY_USED)  # a concurrent callback with the same state got there first
+
     provider = pending.provider
-    if params.error:
-        reason = oauth.clean_text(params.error, 80)
-        if params.error_description:
-            reason += f": {oauth.clean_text(params.error_description)}"
-        _audit(session, request, pending, None, "integration_authorization_declined", reason=reason)
-        raise BadRequest(f"The provider {provider!r} did not grant access ({reason}). Start again to retry.")
-    if not params.code:
-        raise BadRequest("The callback has neither a code nor an error; start again.")
-
-    role = await session.scalar(
-        select(Membership.role).where(
-            Membership.organization_id == pending.organization_id, Membership.user_id == pending.user_id
-        )
-    )
-    if role is None or not Role(role).at_least(Role.admin):
-        raise BadRequest("The person who started this authorization may no longer connect integrations here.")
-    client = await find_client(session, pending.organization_id, provider)
-    if client is None:
-        raise BadRequest(f"The client for {provider!r} was removed while the authorization was pending.")
-    box = _box(settings)
-    verifier = _open(box, "oauth_states", pending.id, "code_verifier", pending.code_verifier)
-    config = client_config(settings, client)
-    if verifier is None or config.client_secret is None:
-        raise BadRequest(
-            "The pending authorization cannot be completed (a secret no longer decrypts); start again."
-        )
-
-    tokens = await oauth.exchange_code(
-        _policy(settings),
-        settings.outbound_timeout,
-        config,
-        code=params.code,
-        code_verifier=verifier,
-        redirect_uri=pending.redirect_uri,
-    )
     connection = await session.scalar(
         scoped(IntegrationConnection, pending.organization_id).where(
             IntegrationConnection.provider == provider
@@ -499,7 +514,7 @@ async def complete_callback(
         )
         session.add(connection)
     connection.connected_by = pending.user_id
-    _store_tokens(box, connection, tokens, default_scopes=list(pending.scopes), keep_refresh=False)
+    _store_tokens(_box(settings), connection, tokens, default_scopes=pending.scopes, keep_refresh=False)
     connection.last_refreshed_at = None
     await session.flush()
     await session.refresh(connection)
@@ -513,6 +528,37 @@ async def complete_callback(
         return_to=pending.return_to,
         message=f"Connected {provider}; you can close this window.",
     )
+
+
+async def _check_callback(
+    session: AsyncSession, settings: Settings, request: Request, row: OAuthState, params: CallbackParams
+) -> tuple[oauth.ClientConfig, str]:
+    provider = row.provider
+    if params.error:
+        reason = oauth.clean_text(params.error, 80)
+        if params.error_description:
+            reason += f": {oauth.clean_text(params.error_description)}"
+        _audit(session, request, row, None, "integration_authorization_declined", reason=reason)
+        raise BadRequest(f"The provider {provider!r} did not grant access ({reason}). Start again to retry.")
+    if not params.code:
+        raise BadRequest("The callback has neither a code nor an error; start again.")
+    role = await session.scalar(
+        select(Membership.role).where(
+            Membership.organization_id == row.organization_id, Membership.user_id == row.user_id
+        )
+    )
+    if role is None or not Role(role).at_least(Role.admin):
+        raise BadRequest("The person who started this authorization may no longer connect integrations here.")
+    client = await find_client(session, row.organization_id, provider)
+    if client is None:
+        raise BadRequest(f"The client for {provider!r} was removed while the authorization was pending.")
+    verifier = _open(_box(settings), "oauth_states", row.id, "code_verifier", row.code_verifier)
+    config = client_config(settings, client)
+    if verifier is None or config.client_secret is None:
+        raise BadRequest(
+            "The pending authorization cannot be completed (a secret no longer decrypts); start again."
+        )
+    return config, verifier
 
 
 def _store_tokens(
@@ -541,7 +587,7 @@ def _store_tokens(
 def _audit(
     session: AsyncSession,
     request: Request,
-    pending: OAuthState,
+    pending: OAuthState | _Pending,
     connection_id: str | None,
     action: str,
     **details: Any,
