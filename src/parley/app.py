@@ -19,6 +19,7 @@ from parley.auth.tokens import TokenVerifier
 from parley.billing.router import router as billing_router
 from parley.brain.router import router as brain_router
 from parley.calls.router import router as calls_router
+from parley.channels.router import router as channels_router
 from parley.config import Settings, prepare_settings
 from parley.datasets.router import router as datasets_router
 from parley.flows.router import router as flows_router
@@ -76,6 +77,7 @@ ROUTERS = (
     calls_router,
     monitoring_router,
     brain_router,
+    channels_router,
     billing_router,
     reporting_router,
     inference_router,

@@ -85,6 +85,16 @@ class Settings(BaseSettings):
     session_idle_seconds: float = Field(
         default=300.0, gt=0, description="A live session without a message this long ends (abandoned)."
     )
+    whatsapp_graph_url: str = Field(
+        default="https://graph.facebook.com", description="Base URL of Meta's Graph API (WhatsApp Cloud API)."
+    )
+    whatsapp_graph_version: str = Field(default="v21.0", pattern=r"^v\d+\.\d+$")
+    whatsapp_send_attempts: int = Field(
+        default=4, ge=1, le=10, description="Tries per WhatsApp reply when the Graph API fails transiently."
+    )
+    whatsapp_retry_seconds: float = Field(
+        default=1.0, ge=0, le=60, description="First pause between tries; doubles each time."
+    )
 
     # OAuth2 integrations: origins (scheme://host[:port]) a connect's return_to may name besides
     # public_url; how long a pending state lives; how early and how often tokens are refreshed.

@@ -6,6 +6,7 @@ from parley.audit.models import AuditEvent
 from parley.auth.models import User
 from parley.brain.models import BrainSignal
 from parley.calls.models import Call
+from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage
 from parley.datasets.models import Dataset, DatasetItem, DatasetTag
 from parley.flows.models import Flow, FlowVersion
 from parley.integrations.models import IntegrationClient, IntegrationConnection, OAuthState
@@ -24,6 +25,7 @@ __all__ = [
     "Base",
     "BrainSignal",
     "Call",
+    "ChannelRoute",
     "ConversationSession",
     "Dataset",
     "DatasetItem",
@@ -41,4 +43,6 @@ __all__ = [
     "ProviderConfig",
     "Tool",
     "User",
+    "WhatsAppAccount",
+    "WhatsAppMessage",
 ]
