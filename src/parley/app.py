@@ -23,6 +23,8 @@ from parley.channels.router import router as channels_router
 from parley.config import Settings, prepare_settings
 from parley.datasets.router import router as datasets_router
 from parley.flows.router import router as flows_router
+from parley.integrations.router import router as integrations_router
+from parley.integrations.tasks import TokenRefresher
 from parley.kit.blobs import blob_store_from_settings
 from parley.kit.db import Database
 from parley.kit.errors import install_error_handlers
@@ -88,6 +90,7 @@ ROUTERS = (
     telephony_admin_router,
     outbound_calls_router,
     twilio_media_router,
+    integrations_router,
 )
 
 
@@ -117,9 +120,15 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             app.state.db, settings.session_idle_seconds, jobs=app.state.jobs
         )
         app.state.session_sweeper.start()
+        # OAuth2 tokens about to expire are refreshed in the background.
+        app.state.token_refresher = TokenRefresher(
+            app.state.jobs, settings.integrations_refresh_interval_seconds
+        )
+        app.state.token_refresher.start()
         try:
             yield
         finally:
+            await app.state.token_refresher.stop()
             await app.state.session_sweeper.stop()
             await app.state.jobs.stop()
             if owned:

@@ -109,7 +109,18 @@ class Settings(BaseSettings):
         description="A voiced session's stereo recording keeps its first this many seconds; 0 records nothing.",
     )
 
-    @field_validator("admin_subjects", "outbound_allowlist", mode="before")
+    # OAuth2 integrations: origins (scheme://host[:port]) a connect's return_to may name besides
+    # public_url; how long a pending state lives; how early and how often tokens are refreshed.
+    integrations_return_to_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    integrations_state_ttl_seconds: int = Field(default=600, ge=30, le=3600)
+    integrations_refresh_margin_seconds: float = Field(default=300.0, ge=0, le=86400)
+    integrations_refresh_interval_seconds: float = Field(
+        default=300.0, ge=0, description="How often expiring tokens are refreshed; 0 turns it off."
+    )
+
+    @field_validator(
+        "admin_subjects", "outbound_allowlist", "integrations_return_to_allowlist", mode="before"
+    )
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)

@@ -9,6 +9,7 @@ from parley.calls.models import Call
 from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage
 from parley.datasets.models import Dataset, DatasetItem, DatasetTag
 from parley.flows.models import Flow, FlowVersion
+from parley.integrations.models import IntegrationClient, IntegrationConnection, OAuthState
 from parley.kit.db import Base
 from parley.knowledge.models import KnowledgeChunk, KnowledgeDocument
 from parley.llm.models import LLMUsage
@@ -33,10 +34,13 @@ __all__ = [
     "DispatchRule",
     "Flow",
     "FlowVersion",
+    "IntegrationClient",
+    "IntegrationConnection",
     "KnowledgeChunk",
     "KnowledgeDocument",
     "LLMUsage",
     "Membership",
+    "OAuthState",
     "Organization",
     "PhoneNumber",
     "ProviderConfig",
