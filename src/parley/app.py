@@ -19,9 +19,12 @@ from parley.auth.tokens import TokenVerifier
 from parley.billing.router import router as billing_router
 from parley.brain.router import router as brain_router
 from parley.calls.router import router as calls_router
+from parley.channels.router import router as channels_router
 from parley.config import Settings, prepare_settings
 from parley.datasets.router import router as datasets_router
 from parley.flows.router import router as flows_router
+from parley.integrations.router import router as integrations_router
+from parley.integrations.tasks import TokenRefresher
 from parley.kit.blobs import blob_store_from_settings
 from parley.kit.db import Database
 from parley.kit.errors import install_error_handlers
@@ -44,8 +47,12 @@ from parley.sessions.router import router as sessions_router
 from parley.sessions.router import voice_router as session_voice_router
 from parley.sessions.tasks import IdleSweeper
 from parley.system.router import router as system_router
+from parley.telephony.router import admin_router as telephony_admin_router
+from parley.telephony.router import calls_router as outbound_calls_router
+from parley.telephony.router import router as telephony_router
 from parley.tools.router import router as tools_router
 from parley.voice.router import router as inference_router
+from parley.voice.transport_twilio import router as twilio_media_router
 from parley.voice.transport_ws import router as session_audio_router
 
 DESCRIPTION = (
@@ -75,10 +82,16 @@ ROUTERS = (
     calls_router,
     monitoring_router,
     brain_router,
+    channels_router,
     billing_router,
     reporting_router,
     inference_router,
     session_audio_router,
+    telephony_router,
+    telephony_admin_router,
+    outbound_calls_router,
+    twilio_media_router,
+    integrations_router,
 )
 
 
@@ -112,9 +125,15 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             app.state.db, settings.session_idle_seconds, jobs=app.state.jobs, live=app.state.live_sessions
         )
         app.state.session_sweeper.start()
+        # OAuth2 tokens about to expire are refreshed in the background.
+        app.state.token_refresher = TokenRefresher(
+            app.state.jobs, settings.integrations_refresh_interval_seconds
+        )
+        app.state.token_refresher.start()
         try:
             yield
         finally:
+            await app.state.token_refresher.stop()
             await app.state.session_sweeper.stop()
             await app.state.jobs.stop()
             await app.state.live_sessions.stop()

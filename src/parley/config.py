@@ -85,6 +85,38 @@ class Settings(BaseSettings):
     session_idle_seconds: float = Field(
         default=300.0, gt=0, description="A live session without a message this long ends (abandoned)."
     )
+    whatsapp_graph_url: str = Field(
+        default="https://graph.facebook.com", description="Base URL of Meta's Graph API (WhatsApp Cloud API)."
+    )
+    whatsapp_graph_version: str = Field(default="v21.0", pattern=r"^v\d+\.\d+$")
+    whatsapp_send_attempts: int = Field(
+        default=4, ge=1, le=10, description="Tries per WhatsApp reply when the Graph API fails transiently."
+    )
+    whatsapp_retry_seconds: float = Field(
+        default=1.0, ge=0, le=60, description="First pause between tries; doubles each time."
+    )
+
+    telephony_sync_lease_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=3600,
+        description="A telephony sync's lease; a dead process frees it after this.",
+    )
+    voice_recording_max_seconds: int = Field(
+        default=900,
+        ge=0,
+        le=4 * 3600,
+        description="A voiced session's stereo recording keeps its first this many seconds; 0 records nothing.",
+    )
+
+    # OAuth2 integrations: origins (scheme://host[:port]) a connect's return_to may name besides
+    # public_url; how long a pending state lives; how early and how often tokens are refreshed.
+    integrations_return_to_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    integrations_state_ttl_seconds: int = Field(default=600, ge=30, le=3600)
+    integrations_refresh_margin_seconds: float = Field(default=300.0, ge=0, le=86400)
+    integrations_refresh_interval_seconds: float = Field(
+        default=300.0, ge=0, description="How often expiring tokens are refreshed; 0 turns it off."
+    )
 
     # Distributed mode (docs/scale-out.md): with a Redis URL, background jobs go to a Redis queue worked
     # by `parley worker` processes, and rate limits, the live-session registry and session control
@@ -99,7 +131,9 @@ class Settings(BaseSettings):
     )
     job_max_tries: int = Field(default=5, ge=1, le=50, description="Tries of a job failing transiently.")
 
-    @field_validator("admin_subjects", "outbound_allowlist", mode="before")
+    @field_validator(
+        "admin_subjects", "outbound_allowlist", "integrations_return_to_allowlist", mode="before"
+    )
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)

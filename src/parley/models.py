@@ -6,14 +6,17 @@ from parley.audit.models import AuditEvent
 from parley.auth.models import User
 from parley.brain.models import BrainSignal
 from parley.calls.models import Call
+from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage
 from parley.datasets.models import Dataset, DatasetItem, DatasetTag
 from parley.flows.models import Flow, FlowVersion
+from parley.integrations.models import IntegrationClient, IntegrationConnection, OAuthState
 from parley.kit.db import Base
 from parley.knowledge.models import KnowledgeChunk, KnowledgeDocument
 from parley.llm.models import LLMUsage
 from parley.organizations.models import Membership, Organization
 from parley.providers.models import ProviderConfig
 from parley.sessions.models import ConversationSession
+from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk, SyncLease, TwilioCall
 from parley.tools.models import Tool
 
 __all__ = [
@@ -23,18 +26,29 @@ __all__ = [
     "Base",
     "BrainSignal",
     "Call",
+    "ChannelRoute",
     "ConversationSession",
     "Dataset",
     "DatasetItem",
     "DatasetTag",
+    "DispatchRule",
     "Flow",
     "FlowVersion",
+    "IntegrationClient",
+    "IntegrationConnection",
     "KnowledgeChunk",
     "KnowledgeDocument",
     "LLMUsage",
     "Membership",
+    "OAuthState",
     "Organization",
+    "PhoneNumber",
     "ProviderConfig",
+    "SipTrunk",
+    "SyncLease",
     "Tool",
+    "TwilioCall",
     "User",
+    "WhatsAppAccount",
+    "WhatsAppMessage",
 ]

@@ -6,6 +6,7 @@ import wave
 import numpy as np
 import pytest
 
+from parley.voice import audio
 from parley.voice.audio import (
     InvalidAudio,
     Resampler,
@@ -101,3 +102,13 @@ def test_wav_round_trip_and_stereo_to_mono() -> None:
 def test_not_a_wav_file_says_so() -> None:
     with pytest.raises(InvalidAudio, match="not a PCM WAV"):
         read_wav(b"ID3\x03 this is an mp3")
+
+
+@pytest.mark.parametrize(("src", "dst"), [(8000, 16000), (16000, 8000), (16000, 24000), (24000, 16000)])
+def test_the_per_phase_correlation_gives_the_same_samples_as_the_gather(
+    src: int, dst: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    noise = (np.random.default_rng(7).standard_normal(4000) * 6000).astype("<i2").tobytes()
+    fast = resample(noise, src, dst)
+    monkeypatch.setattr(audio, "_FAST_RATIO", 0)  # every ratio through the general path
+    assert resample(noise, src, dst) == fast

@@ -53,9 +53,14 @@ class TurnMetrics(BaseModel):
     tool_ms: float | None = None
     llm_first_token_ms: float | None = None
     llm_total_ms: float | None = None
+    # Voiced sessions (parley.voice): end of the caller's speech → final transcript, time spent inside
+    # the STT engine for the utterance, synthesis start → first audio, end of speech → first agent
+    # audio out, and whether the caller interrupted the answer.
     stt_final_ms: float | None = None
+    stt_engine_ms: float | None = None
     tts_first_byte_ms: float | None = None
     voice_to_voice_ms: float | None = None
+    interrupted: bool | None = None
 
 
 class UsageRecord(BaseModel):

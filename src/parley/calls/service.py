@@ -162,6 +162,73 @@ async def _queue_sentiment(session: AsyncSession, jobs: JobQueue, call: Call) ->
     after_commit(session, enqueue)
 
 
+VOICE_METRICS = (
+    "stt_final_ms",
+    "stt_engine_ms",
+    "llm_first_token_ms",
+    "tts_first_byte_ms",
+    "voice_to_voice_ms",
+    "interrupted",
+)
+
+
+async def call_of_session(session: AsyncSession, organization_id: str, session_id: str) -> Call | None:
+    return await session.scalar(scoped(Call, organization_id).where(Call.session_id == session_id))
+
+
+async def attach_voice(
+    session: AsyncSession,
+    organization_id: str,
+    session_id: str,
+    *,
+    metrics: list[dict[str, Any]],
+    recording_filename: str | None = None,
+) -> Call | None:
+    """Add what the voice pipeline measured and recorded to the call record of an ended session.
+
+    The call record is written when the session ends (inside the turn that ends it), before the
+    pipeline has spoken the last answer or closed the recording; the transport calls this afterwards.
+    ``metrics`` are dicts with ``turn_index`` and the voice fields of :class:`TurnMetrics`; they are
+    merged into the entry of the same ``turn_index`` (an entry is added when the engine made none).
+    Answers the call, or None when the session has no call record (yet). Only flushes.
+    """
+    call = await call_of_session(session, organization_id, session_id)
+    if call is None:
+        return None
+    merged = [dict(m) for m in call.turn_metrics]
+    by_index = {m.get("turn_index"): m for m in merged}
+    for measured in metrics:
+        index = measured.get("turn_index")
+        if not isinstance(index, int):
+            continue
+        entry = by_index.get(index)
+        if entry is None:
+            entry = TurnMetrics(
+                turn_index=index, engine_ms=float(measured.get("engine_ms") or 0.0)
+            ).model_dump(mode="json")
+            merged.append(entry)
+            by_index[index] = entry
+        for key in VOICE_METRICS:
+            value = measured.get(key)
+            if value is not None and (key != "llm_first_token_ms" or entry.get(key) is None):
+                entry[key] = value
+    merged.sort(key=lambda m: int(m.get("turn_index") or 0))
+    call.turn_metrics = [TurnMetrics.model_validate(m).model_dump(mode="json") for m in merged]
+    call.mean_voice_latency_ms = mean_voice_latency(call.turn_metrics)
+    if recording_filename is not None and call.recording_filename is None:
+        if (
+            RECORDING_FILENAME.fullmatch(recording_filename)
+            and (await session.scalar(select(Call.id).where(Call.recording_filename == recording_filename)))
+            is None
+        ):
+            call.recording_filename = recording_filename
+            call.blob_key = recording_blob_key(organization_id, recording_filename)
+        else:
+            log.warning("call_recording_name_refused", session_id=session_id)
+    await session.flush()
+    return call
+
+
 # --- reading -----------------------------------------------------------------------------------
 
 

@@ -90,6 +90,8 @@ def _convolve(
 ) -> Int16Array:
     """Output samples ``first..last-1``; ``padded[i - origin]`` is input sample ``i``."""
     _, _, bank = _kernel_for(up, down)
+    if up * down <= _FAST_RATIO:
+        return _convolve_phases(padded, origin, first, last, up, down, bank)
     offsets = np.arange(-_TAPS + 1, _TAPS + 1)
     out = np.empty(max(0, last - first), dtype=np.float64)
     step = 8192  # bounded memory for long inputs
@@ -98,6 +100,32 @@ def _convolve(
         positions = np.arange(start, stop, dtype=np.int64) * down
         index = (positions // up)[:, None] + offsets[None, :] - origin
         out[start - first : stop - first] = (padded[index] * bank[positions % up]).sum(axis=1)
+    return np.clip(np.rint(out), -32768, 32767).astype(np.int16)
+
+
+_FAST_RATIO = 12  # simple ratios (8k↔16k, 16k↔24k, 16k↔48k): one correlation per filter phase
+
+
+def _convolve_phases(
+    padded: npt.NDArray[np.float64],
+    origin: int,
+    first: int,
+    last: int,
+    up: int,
+    down: int,
+    bank: npt.NDArray[np.float64],
+) -> Int16Array:
+    """:func:`_convolve` for small ``up``/``down``: the outputs sharing a filter phase are one strided
+    correlation (numpy's C loop) instead of a gather per output sample. Same sums, same order."""
+    count = max(0, last - first)
+    out = np.empty(count, dtype=np.float64)
+    for start in range(first, min(first + up, last)):
+        phase = start * down % up
+        base = start * down // up - _TAPS + 1 - origin  # padded index of this output's first tap
+        outputs = range(start, last, up)
+        span = (len(outputs) - 1) * down + 2 * _TAPS
+        window = padded[base : base + span]
+        out[start - first :: up] = np.correlate(window, bank[phase], mode="valid")[::down]
     return np.clip(np.rint(out), -32768, 32767).astype(np.int16)
 
 

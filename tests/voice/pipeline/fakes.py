@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Sequence
 
 from parley.runtime.engine import AgentEvent, TurnResult
@@ -13,6 +14,10 @@ RATE = 16000
 FRAME_BYTES = 640  # 20 ms of PCM16 mono at 16 kHz
 SPEECH = b"\x10\x27" * 320  # a voiced frame (sample 10000)
 SILENCE = b"\x00\x00" * 320
+# a 400 Hz tone (whole periods in 20 ms), loud enough to find in a recording
+TONE = b"".join(
+    int(8000 * math.sin(2 * math.pi * 400 * i / RATE)).to_bytes(2, "little", signed=True) for i in range(320)
+)
 
 
 class LoudnessVad:
@@ -75,8 +80,9 @@ class FrameTts(TtsEngine):
 
     name = "frames"
 
-    def __init__(self, frames: int = 10, fail: bool = False) -> None:
+    def __init__(self, frames: int = 10, fail: bool = False, pcm: bytes = b"\x01\x00" * 320) -> None:
         self.frames = frames
+        self.pcm = pcm  # one 20 ms frame at 16 kHz
         self.fail = fail
         self.texts: list[str] = []
         self.closed = 0
@@ -94,7 +100,7 @@ class FrameTts(TtsEngine):
                 raise RuntimeError("boom")
             for _ in range(self.frames):
                 self.produced += 1
-                yield b"\x01\x00" * 320
+                yield self.pcm
                 await asyncio.sleep(0)
         finally:
             self.closed += 1
@@ -120,5 +126,9 @@ class FakeTurns:
         ended = self.end_after is not None and len(self.texts) >= self.end_after
         result = TurnResult(events=events, engine_ms=1.5, llm_first_token_ms=12.0)
         return TurnReply(
-            result, ended=ended, outcome="completed" if ended else None, reason="flow_end" if ended else None
+            result,
+            ended=ended,
+            outcome="completed" if ended else None,
+            reason="flow_end" if ended else None,
+            metrics_index=len(self.texts),  # entry 0 is the flow's opening
         )

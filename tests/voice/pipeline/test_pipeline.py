@@ -4,6 +4,7 @@ import asyncio
 from typing import Any
 
 from parley.voice.pipeline.frames import (
+    AgentSpoken,
     AgentText,
     AudioOut,
     ControlFrame,
@@ -206,3 +207,57 @@ async def test_a_session_ended_elsewhere_ends_the_pipeline() -> None:
     error = next(f for f in frames if isinstance(f, ErrorFrame))
     assert error.code == "session_ended" and "idle_timeout" in error.detail
     assert pipeline.ended and frames[-1] == EndFrame(None, "session_ended")
+
+
+async def test_each_spoken_text_is_followed_by_agent_spoken_and_timings_are_kept() -> None:
+    stt, tts, turns = ScriptedStt("one", "two"), FrameTts(frames=3), FakeTurns()
+    pipeline = make(stt, tts, turns)
+    await say(pipeline)
+    first = await collect_until(pipeline, MetricsFrame)
+    await say(pipeline)
+    second = await collect_until(pipeline, MetricsFrame)
+    kinds = [type(f) for f in first]
+    last_audio = max(i for i, k in enumerate(kinds) if k is AudioOut)
+    assert kinds[last_audio + 1] is AgentSpoken and kinds[-1] is MetricsFrame
+    spoken = next(f for f in second if isinstance(f, AgentSpoken))
+    assert spoken.turn == 2
+    assert [(t.turn, t.metrics_index, t.interrupted) for t in pipeline.timings] == [
+        (1, 1, False),
+        (2, 2, False),
+    ]
+    timing = pipeline.timings[0]
+    # the time inside the engine's feed() and finish() calls (during the utterance, not after it)
+    assert timing.stt_engine_ms is not None and timing.stt_engine_ms >= 0
+    assert timing.as_dict()["stt_engine_ms"] == round(timing.stt_engine_ms, 1)
+
+
+async def test_a_greeting_is_spoken_outside_a_turn_and_can_be_interrupted() -> None:
+    stt, tts, turns = ScriptedStt("one"), FrameTts(frames=200), FakeTurns()
+    pipeline = make(stt, tts, turns)
+    pipeline.speak(["Hello.", ""])
+    frames = [await asyncio.wait_for(pipeline.out.get(), 5) for _ in range(3)]
+    assert isinstance(frames[0], AgentText) and frames[0].text == "Hello." and frames[0].turn == 0
+    assert all(isinstance(f, AudioOut) for f in frames[1:])
+    assert pipeline.agent_speaking
+    await say(pipeline, voiced=4, silence=0)
+    rest = await collect_until(pipeline, Interrupt)
+    assert isinstance(rest[-1], Interrupt) and rest[-1].turn == 0
+    await say(pipeline, voiced=0, silence=6)
+    after = await collect_until(pipeline, MetricsFrame)
+    assert not any(isinstance(f, AgentSpoken) and f.turn == 0 for f in after)
+    assert turns.texts == ["one"] and tts.texts[0] == "Hello."
+
+
+async def test_after_the_hang_up_answers_are_committed_but_not_spoken() -> None:
+    stt, tts, turns = ScriptedStt("seven"), FrameTts(frames=5), FakeTurns()
+    pipeline = make(stt, tts, turns)
+    await say(pipeline, voiced=10, silence=0)  # the caller hangs up mid-utterance
+    await pipeline.finish_input()
+    await pipeline.drain()
+    frames = []
+    while (frame := pipeline.out.get_nowait()) is not None:
+        frames.append(frame)
+    assert turns.texts == ["seven"]
+    assert any(isinstance(f, AgentText) for f in frames)
+    assert not any(isinstance(f, AudioOut) for f in frames) and tts.texts == []
+    assert pipeline.timings[0].voice_to_voice_ms is None

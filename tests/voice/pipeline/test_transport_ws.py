@@ -4,180 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+import numpy as np
+from websockets.asyncio.client import connect
 
-from parley.app import create_app
-from parley.config import Settings
-from parley.kit.migrate import upgrade
-from parley.voice.transport_ws import Engines
-from tests import pg
-from tests.conftest import JWT_SECRET, make_token
-from tests.live import serve_in_thread
-from tests.voice.pipeline.fakes import SILENCE, SPEECH, FrameTts, LoudnessVad, ScriptedStt
-
-DIGITS_FLOW = {
-    "language": "en",
-    "start_node": "ask",
-    "nodes": [
-        {
-            "id": "ask",
-            "type": "collect",
-            "variable": "number",
-            "kind": "digits",
-            "prompt": "Say your number.",
-            "next": "bye",
-        },
-        {"id": "bye", "type": "end", "text": "Thanks, your number is {{ number }}."},
-    ],
-}
-
-
-class RecordingVad(LoudnessVad):
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def is_speech(self, frame: bytes) -> bool:
-        self.frames.append(frame)
-        return super().is_speech(frame)
-
-
-class Fakes:
-    def __init__(self) -> None:
-        self.stt = ScriptedStt()
-        self.tts = FrameTts(frames=5)
-        self.vad = RecordingVad()
-
-    def __call__(self) -> Engines:
-        return Engines(self.stt, self.tts, self.vad)
-
-
-@pytest.fixture(scope="module", params=["sqlite", pg.ENGINE_NAME])
-def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A migrated database of the module's own: the server commits for real."""
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('voice_db') / 'voice.db'}"
-        upgrade(url)
-        yield url
-        return
-    name, url = pg.create_database("parley_voice_ws")
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        pg.drop_database(name)
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterator[dict[str, Any]]:
-    data_dir: Path = tmp_path_factory.mktemp("voice_ws")
-    url = database_url
-    settings = Settings(
-        data_dir=data_dir,
-        database_url=url,
-        auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
-        rate_limit_per_minute=0,
-        log_level="WARNING",
-        log_json=False,
-    )
-    app = create_app(settings)
-    with serve_in_thread(app) as base_url:
-        token = make_token("caller", ttl=3600)
-        headers = {"Authorization": f"Bearer {token}"}
-        org = httpx.post(f"{base_url}/api/organizations", json={"name": "Voice"}, headers=headers).json()[
-            "id"
-        ]
-        headers["X-Organization-Id"] = org
-        other_token = make_token("stranger", ttl=3600)
-        other = httpx.post(
-            f"{base_url}/api/organizations",
-            json={"name": "Other"},
-            headers={"Authorization": f"Bearer {other_token}"},
-        ).json()["id"]
-        flow = httpx.post(
-            f"{base_url}/api/flows", json={"name": "Digits", "definition": DIGITS_FLOW}, headers=headers
-        ).json()
-        assert httpx.post(f"{base_url}/api/flows/{flow['id']}/publish", headers=headers).status_code == 200
-        yield {
-            "app": app,
-            "url": base_url,
-            "ws": base_url.replace("http://", "ws://"),
-            "token": token,
-            "org": org,
-            "headers": headers,
-            "flow": flow["id"],
-            "other": {"Authorization": f"Bearer {other_token}", "X-Organization-Id": other},
-        }
-
-
-def new_session(live: dict[str, Any]) -> str:
-    created = httpx.post(
-        f"{live['url']}/api/sessions", json={"flow_id": live["flow"], "voiced": True}, headers=live["headers"]
-    )
-    assert created.status_code == 200, created.text
-    return str(created.json()["id"])
-
-
-def use_fakes(live: dict[str, Any], *script: str) -> Fakes:
-    fakes = Fakes()
-    fakes.stt.script = list(script)
-    live["app"].state.voice_engines = fakes
-    return fakes
-
-
-async def events_until(
-    ws: ClientConnection, kind: str, audio: list[bytes] | None = None
-) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    while True:
-        message = await asyncio.wait_for(ws.recv(), 10)
-        if isinstance(message, bytes):
-            if audio is not None:
-                audio.append(message)
-            continue
-        event = json.loads(message)
-        events.append(event)
-        if event["type"] == kind:
-            return events
-
-
-async def close_code(ws: ClientConnection) -> int | None:
-    with pytest.raises(ConnectionClosed):
-        while True:
-            await asyncio.wait_for(ws.recv(), 10)
-    assert ws.close_code is not None
-    return ws.close_code
-
-
-def session(live: dict[str, Any], session_id: str) -> dict[str, Any]:
-    return dict(httpx.get(f"{live['url']}/api/sessions/{session_id}", headers=live["headers"]).json())
-
-
-def wait_ended(live: dict[str, Any], session_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 10
-    while (row := session(live, session_id))["status"] != "ended":
-        assert time.monotonic() < deadline, row
-        time.sleep(0.05)
-    return row
-
-
-def call_of(live: dict[str, Any], session_id: str) -> dict[str, Any]:
-    calls = httpx.get(f"{live['url']}/api/calls", params={"limit": 100}, headers=live["headers"]).json()[
-        "items"
-    ]
-    ids = [c["id"] for c in calls]
-    for call_id in ids:
-        full = httpx.get(f"{live['url']}/api/calls/{call_id}", headers=live["headers"]).json()
-        if full["session_id"] == session_id:
-            return dict(full)
-    raise AssertionError(f"no call record for {session_id}")
+from parley.kit.blobs import LocalBlobStore
+from tests.voice.pipeline.fakes import SILENCE, SPEECH, TONE
+from tests.voice.pipeline.livevoice import (
+    call_of,
+    call_record_when,
+    close_code,
+    events_until,
+    new_session,
+    recording_of,
+    rms,
+    use_fakes,
+    wait_ended,
+)
 
 
 async def test_a_spoken_answer_gets_a_spoken_reply_and_the_call_is_recorded(live: dict[str, Any]) -> None:
@@ -375,3 +221,90 @@ async def test_real_offline_engines_end_to_end(live: dict[str, Any]) -> None:
     metrics = next(e for e in events if e["type"] == "metrics")
     assert metrics["stt_final_ms"] is not None and metrics["tts_first_byte_ms"] is not None
     assert call_of(live, session_id)["outcome"] == "completed"
+
+
+def has_voice_metrics(call: dict[str, Any]) -> bool:
+    return any(m.get("voice_to_voice_ms") is not None for m in call["turn_metrics"])
+
+
+async def answer_once(live: dict[str, Any]) -> dict[str, Any]:
+    """One spoken answer that ends the digits flow; the call record once its voice metrics are on."""
+    session_id = new_session(live)
+    async with connect(
+        f"{live['ws']}/api/sessions/{session_id}/audio", additional_headers=live["headers"]
+    ) as ws:
+        await ws.recv()
+        for frame in [SPEECH] * 10 + [SILENCE] * 40:
+            await ws.send(frame)
+        await events_until(ws, "end")
+        await close_code(ws)
+    return call_record_when(live, session_id, has_voice_metrics)
+
+
+async def test_the_call_record_gets_the_stereo_recording_and_the_voice_metrics(live: dict[str, Any]) -> None:
+    fakes = use_fakes(live, "one two")
+    fakes.tts.pcm, fakes.tts.frames = TONE, 25  # half a second of a 400 Hz tone
+    session_id = new_session(live)
+    async with connect(
+        f"{live['ws']}/api/sessions/{session_id}/audio", additional_headers=live["headers"]
+    ) as ws:
+        await ws.recv()
+        for frame in [SILENCE] * 10 + [SPEECH] * 10 + [SILENCE] * 40:
+            await ws.send(frame)
+        audio: list[bytes] = []
+        events = await events_until(ws, "end", audio)
+        await close_code(ws)
+    assert len(audio) == 25
+    live_metrics = next(e for e in events if e["type"] == "metrics")
+    call = call_record_when(live, session_id, lambda c: c["recording_url"] is not None)
+    # per-turn voice metrics, on the turn's entry (turn 0 is the flow's opening, turn 1 the answer)
+    assert [m["turn_index"] for m in call["turn_metrics"]] == [0, 1]
+    opening, answer = call["turn_metrics"]
+    assert opening["voice_to_voice_ms"] is None and opening["stt_final_ms"] is None
+    for key in ("stt_final_ms", "stt_engine_ms", "tts_first_byte_ms", "voice_to_voice_ms"):
+        assert answer[key] is not None and answer[key] >= 0, key
+        assert answer[key] == live_metrics[key]
+    assert answer["engine_ms"] >= 0 and answer["interrupted"] is False
+    assert answer["llm_first_token_ms"] is None  # the digits flow uses no LLM
+    assert call["mean_voice_latency_ms"] == answer["voice_to_voice_ms"]
+    assert call["recording_url"] == f"/api/calls/recording-file/{session_id}.wav"
+    params, samples = recording_of(live, call)
+    assert (params.nchannels, params.sampwidth, params.framerate) == (2, 2, 16000)
+    left, right = samples[:, 0], samples[:, 1]
+    # the caller's 200 ms of speech after 200 ms of silence, on the left only
+    assert rms(left[3200:6400]) > 9000 and rms(right[3200:6400]) == 0
+    assert rms(left[:3200]) == 0
+    # the agent's half second, on the right, after the caller's speech and its end, the left silent there
+    speaking = np.flatnonzero(right)
+    assert speaking.size > 0 and speaking[0] >= 16000  # at least 600 ms of silence after the speech
+    assert speaking[-1] - speaking[0] < 8000 + 320
+    assert rms(right[speaking[0] : speaking[-1]]) > 4000 and rms(left[speaking[0] : speaking[-1]]) == 0
+    assert len(samples) == speaking[-1] + 1 or rms(samples[speaking[-1] + 1 :]) == 0
+
+
+async def test_a_failing_blob_store_costs_the_recording_not_the_call_record(
+    live: dict[str, Any], tmp_path: Path
+) -> None:
+    use_fakes(live, "three")
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the blob directory should be")
+    blobs = live["app"].state.blobs
+    live["app"].state.blobs = LocalBlobStore(blocker)
+    try:
+        call = await answer_once(live)
+    finally:
+        live["app"].state.blobs = blobs
+    assert call["outcome"] == "completed" and call["recording_url"] is None
+    assert call["turn_metrics"][1]["voice_to_voice_ms"] is not None
+
+
+async def test_recording_can_be_switched_off(live: dict[str, Any]) -> None:
+    use_fakes(live, "four")
+    settings = live["app"].state.settings
+    before = settings.voice_recording_max_seconds
+    settings.voice_recording_max_seconds = 0
+    try:
+        call = await answer_once(live)
+    finally:
+        settings.voice_recording_max_seconds = before
+    assert call["recording_url"] is None

@@ -61,6 +61,13 @@ class AgentText(ControlFrame):
 
 
 @dataclass(frozen=True)
+class AgentSpoken(ControlFrame):
+    """Every audio frame of one agent text has been handed out (a telephony transport marks it)."""
+
+    turn: int
+
+
+@dataclass(frozen=True)
 class ToolCallFrame(ControlFrame):
     data: dict[str, Any]
     node_id: str | None = None

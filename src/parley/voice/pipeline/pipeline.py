@@ -10,9 +10,11 @@ running, or audio handed out that the caller cannot have heard yet), the synthes
 agent audio still queued is dropped and an :class:`Interrupt` frame tells the transport to clear what
 it buffers — in the same step as the VAD decision, so no further agent frame follows it.
 
-Per-turn metrics (milliseconds): ``stt_final_ms`` end of speech → final transcript, ``engine_ms``
-the flow engine, ``llm_first_token_ms`` when the runtime reports it, ``tts_first_byte_ms`` from the
-reply to the first synthesized audio, ``voice_to_voice_ms`` end of caller speech → first agent audio.
+Per-turn metrics (milliseconds): ``stt_final_ms`` end of speech → final transcript,
+``stt_engine_ms`` time spent inside the STT engine's calls for the utterance, ``engine_ms`` the flow
+engine, ``llm_first_token_ms`` when the runtime reports it, ``tts_first_byte_ms`` from the reply to
+the first synthesized audio, ``voice_to_voice_ms`` end of caller speech → first agent audio. Each
+answered turn's figures are kept in :attr:`VoicePipeline.timings` (for the call record).
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from typing import Any, Protocol
 
 import structlog
 
-from parley.runtime.engine import TurnResult
+from parley.runtime.engine import AgentEvent, TurnResult
 from parley.voice.engines.base import SttEngine, SttStream, TtsEngine, Vad
 from parley.voice.engines.vad import SpeechSegmenter
 from parley.voice.pipeline.frames import (
+    AgentSpoken,
     AgentText,
     AudioOut,
     EndFrame,
@@ -56,6 +59,8 @@ class TurnReply:
     reason: str | None = None
     # the words the caller is expected to say next (a grammar for engines that take one); None: any
     phrases: Sequence[str] | None = None
+    # the ``turn_index`` of this turn's entry in the session's (and call record's) turn metrics
+    metrics_index: int | None = None
 
 
 class TurnPort(Protocol):
@@ -84,9 +89,14 @@ class PipelineConfig:
 
 
 @dataclass
-class _TurnMetrics:
+class TurnTimings:
+    """One answered utterance's latency figures (milliseconds), from the pipeline's clock."""
+
     speech_end: float
+    turn: int = 0
+    metrics_index: int | None = None
     stt_final_ms: float | None = None
+    stt_engine_ms: float | None = None
     engine_ms: float | None = None
     llm_first_token_ms: float | None = None
     tts_first_byte_ms: float | None = None
@@ -99,6 +109,7 @@ class _TurnMetrics:
 
         return {
             "stt_final_ms": r(self.stt_final_ms),
+            "stt_engine_ms": r(self.stt_engine_ms),
             "engine_ms": r(self.engine_ms),
             "llm_first_token_ms": r(self.llm_first_token_ms),
             "tts_first_byte_ms": r(self.tts_first_byte_ms),
@@ -111,6 +122,7 @@ class _Utterance:
     stream: SttStream
     reader: asyncio.Task[str]
     partial_texts: list[str] = field(default_factory=list)
+    engine_s: float = 0.0  # time spent in the STT stream's feed() and finish() calls
 
 
 class VoicePipeline:
@@ -150,6 +162,8 @@ class VoicePipeline:
         self._speaking_turn = 0
         self._playout_until = 0.0
         self._frames_in = 0
+        self.timings: list[TurnTimings] = []
+        self.muted = False  # nobody listens any more (hang-up): answers are committed, not spoken
 
     # --- transport-in ------------------------------------------------------------------------
 
@@ -177,7 +191,9 @@ class VoicePipeline:
             await self._open_utterance(event.audio)
             return
         if self._utterance is not None:
+            started = self.clock()
             self._utterance.stream.feed(frame)
+            self._utterance.engine_s += self.clock() - started
         if event is not None and event.kind == "end":
             self._emit(SpeechEnded(event.at_ms))
             self._close_utterance()
@@ -201,8 +217,10 @@ class VoicePipeline:
         except Exception as exc:  # an engine failure: say so, keep listening
             self._emit(ErrorFrame("stt_unavailable", _safe(exc, "Speech recognition is not available.")))
             return
+        started = self.clock()
         stream.feed(preroll)
         utterance = _Utterance(stream, asyncio.create_task(self._read(stream)))
+        utterance.engine_s = self.clock() - started
         self._utterance = utterance
 
     async def _read(self, stream: SttStream) -> str:
@@ -226,9 +244,11 @@ class VoicePipeline:
     # --- end of turn → runtime → TTS -----------------------------------------------------------
 
     async def _respond(self, utterance: _Utterance, speech_end: float) -> None:
-        metrics = _TurnMetrics(speech_end)
+        metrics = TurnTimings(speech_end)
         try:
+            started = self.clock()
             await utterance.stream.finish()
+            utterance.engine_s += self.clock() - started
             text = await utterance.reader
         except Exception as exc:
             self._emit(ErrorFrame("stt_failed", _safe(exc, "Speech recognition failed for that utterance.")))
@@ -236,8 +256,19 @@ class VoicePipeline:
         finally:
             await utterance.stream.aclose()
         metrics.stt_final_ms = (self.clock() - speech_end) * 1000
-        if not text:
+        metrics.stt_engine_ms = utterance.engine_s * 1000
+        if text:
+            await self._answer(text, metrics)
+
+    def push_text(self, text: str) -> None:
+        """The caller's answer without speech (telephone keys): a turn, as if it had been said."""
+        if self.ended or not text:
             return
+        if self.agent_speaking:
+            self.interrupt()
+        self._spawn(self._answer(text, TurnTimings(self.clock())))
+
+    async def _answer(self, text: str, metrics: TurnTimings) -> None:
         async with self._turn_lock:
             if self.ended:
                 return
@@ -251,6 +282,7 @@ class VoicePipeline:
                 return
             self.turn_index += 1
             self.phrases = reply.phrases
+            metrics.turn, metrics.metrics_index = self.turn_index, reply.metrics_index
             metrics.engine_ms = reply.result.engine_ms
             metrics.llm_first_token_ms = reply.result.llm_first_token_ms
             speaking = asyncio.create_task(self._speak(self.turn_index, reply, metrics))
@@ -260,12 +292,13 @@ class VoicePipeline:
         except asyncio.CancelledError:
             if not speaking.cancelled():
                 raise
-        self._emit(MetricsFrame(self.turn_index, metrics.as_dict()))
+        self.timings.append(metrics)
+        self._emit(MetricsFrame(metrics.turn, metrics.as_dict()))
         if reply.ended:
             self.ended = True
             self._emit(EndFrame(reply.outcome, reply.reason))
 
-    async def _speak(self, turn: int, reply: TurnReply, metrics: _TurnMetrics) -> None:
+    async def _speak(self, turn: int, reply: TurnReply, metrics: TurnTimings) -> None:
         started = self.clock()
         frame_bytes = self.config.frame_bytes
         max_ahead = max(1, self.config.max_ahead_ms // self.config.frame_ms)
@@ -276,6 +309,8 @@ class VoicePipeline:
             if event.type != "say" or not event.text:
                 continue
             self._emit(AgentText(event.text, turn, event.node_id))
+            if self.muted:
+                continue
             pending = b""
             chunks = self.tts.synthesize(
                 event.text,
@@ -301,9 +336,10 @@ class VoicePipeline:
                 return
             finally:
                 await _aclose(chunks)
+            self._emit(AgentSpoken(turn))
 
     async def _send_audio(
-        self, frame: bytes, turn: int, metrics: _TurnMetrics, started: float, max_ahead: int
+        self, frame: bytes, turn: int, metrics: TurnTimings, started: float, max_ahead: int
     ) -> None:
         await self.out.wait_below(max_ahead)  # back-pressure: the transport reads at its pace
         now = self.clock()
@@ -323,8 +359,23 @@ class VoicePipeline:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def speak(self, texts: Sequence[str]) -> None:
+        """Say ``texts`` outside a caller's turn (a phone call's greeting); barge-in applies to it."""
+        said = [t for t in texts if t]
+        if not said or self.ended:
+            return
+        reply = TurnReply(TurnResult(events=[AgentEvent("say", None, t) for t in said]))
+        speaking = asyncio.create_task(self._speak(self.turn_index, reply, TurnTimings(self.clock())))
+        self._speaking, self._speaking_turn = speaking, self.turn_index
+        self._tasks.add(speaking)
+        speaking.add_done_callback(self._tasks.discard)
+
     async def finish_input(self) -> None:
-        """The caller's audio ended (hang-up): an utterance in progress is still answered."""
+        """The caller's audio ended (hang-up): nothing more is spoken, and an utterance in progress is
+        still recognised and answered (its turn commits)."""
+        self.muted = True
+        if self._speaking is not None and not self._speaking.done():
+            self._speaking.cancel()
         if self._utterance is not None:
             self._emit(SpeechEnded(self._frames_in * self.config.frame_ms))
             self._close_utterance()

@@ -1,0 +1,821 @@
+"""Integrations: OAuth2 clients per organization, the connect/callback flow, tokens and their refresh.
+
+Rules that matter:
+- the ``state`` is the only credential of the (public) callback: 256 random bits, stored as its
+  SHA-256, bound to the user, organization and provider that asked, valid for
+  ``PARLEY_INTEGRATIONS_STATE_TTL_SECONDS`` and consumed atomically (one ``UPDATE ... WHERE
+  consumed_at IS NULL``), whatever the outcome of the callback;
+- PKCE S256 on every authorization; the verifier is sealed to its state row;
+- client secrets and tokens are sealed to their row with :class:`SecretBox` and only masked on read;
+- a refresh holds the connection's row lock (``SELECT ... FOR UPDATE`` on PostgreSQL, the write
+  transaction on SQLite) and an in-process lock, and re-checks expiry once it holds them, so two
+  concurrent refreshes never both spend a (rotating) refresh token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import httpx
+import structlog
+from fastapi import Request
+from sqlalchemy import CursorResult, delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.audit.models import AuditEvent
+from parley.auth.principal import OrgContext
+from parley.config import Settings
+from parley.integrations import oauth
+from parley.integrations.catalog import GENERIC, PRESETS, ProviderPreset, is_valid_key
+from parley.integrations.models import IntegrationClient, IntegrationConnection, OAuthState
+from parley.integrations.schemas import (
+    CallbackOut,
+    ClientBody,
+    ClientOut,
+    ConnectBody,
+    ConnectionOut,
+    ConnectOut,
+    ProviderOut,
+)
+from parley.kit.crypto import SecretBox, SecretDecryptionError, mask, sha256_hex
+from parley.kit.db import Database, utcnow
+from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyError
+from parley.kit.ids import new_id
+from parley.kit.outbound import OutboundPolicy
+from parley.kit.tenancy import get_owned, scoped
+from parley.organizations.models import Membership, Role
+
+log = structlog.get_logger("parley.integrations")
+
+CALLBACK_PATH = "/api/integrations/oauth/callback"
+MASK_PREFIX = "••••"
+# Token endpoint errors after which the refresh token is useless: the organization must connect again.
+FATAL_REFRESH_ERRORS = frozenset({"invalid_grant", "invalid_client", "unauthorized_client"})
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def callback_url(settings: Settings) -> str:
+    return settings.base_url.rstrip("/") + CALLBACK_PATH
+
+
+def _box(settings: Settings) -> SecretBox:
+    return SecretBox(settings.secret_key_bytes())
+
+
+def _policy(settings: Settings) -> OutboundPolicy:
+    return OutboundPolicy.from_entries(settings.outbound_allowlist)
+
+
+def _seal(box: SecretBox, table: str, row_id: str, field: str, value: str) -> str:
+    return box.encrypt(value, bound_to=f"{table}:{row_id}:{field}")
+
+
+def _open(box: SecretBox, table: str, row_id: str, field: str, token: str | None) -> str | None:
+    if token is None:
+        return None
+    try:
+        return box.decrypt(token, bound_to=f"{table}:{row_id}:{field}")
+    except SecretDecryptionError:
+        return None
+
+
+# Path words of this API and the catalog's template cannot name a provider.
+RESERVED_KEYS = frozenset({GENERIC, "oauth", "connections", "providers"})
+
+
+def _check_key(provider: str) -> None:
+    if not is_valid_key(provider) or provider in RESERVED_KEYS:
+        raise NotFound(
+            f"There is no integration provider {provider!r}: use google, microsoft, or a key of your own "
+            "(2-40 lower-case letters, digits, '-' or '_'; not generic, oauth, connections or providers) for a custom OAuth2 provider."
+        )
+
+
+def _origin(url: httpx.URL) -> str:
+    default = {"http": 80, "https": 443}.get(url.scheme)
+    port = f":{url.port}" if url.port is not None and url.port != default else ""
+    return f"{url.scheme}://{url.host}{port}".lower()
+
+
+def check_return_to(settings: Settings, value: str) -> str:
+    """A path on this server, or an absolute URL on public_url's origin or an allow-listed origin."""
+    if any(not ch.isprintable() for ch in value) or "\\" in value:
+        raise BadRequest("return_to contains characters that are not allowed in a URL.")
+    if value.startswith("/") and not value.startswith("//"):
+        return value
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as exc:
+        raise BadRequest("return_to is not a valid URL.") from exc
+    if url.scheme not in ("http", "https") or not url.host:
+        raise BadRequest("return_to must be a path such as /settings or an http(s) URL.")
+    allowed = {_origin(httpx.URL(settings.base_url))}
+    for entry in settings.integrations_return_to_allowlist:
+        try:
+            allowed.add(_origin(httpx.URL(entry)))
+        except httpx.InvalidURL:
+            continue
+    if _origin(url) not in allowed:
+        raise BadRequest(
+            f"return_to may only point to this server or an allowed origin; {_origin(url)} is not one "
+            "(see PARLEY_INTEGRATIONS_RETURN_TO_ALLOWLIST)."
+        )
+    return value
+
+
+def _check_endpoint(settings: Settings, name: str, value: str) -> None:
+    """Custom endpoints must be https, except on hosts the operator allow-listed (local test servers)."""
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as exc:
+        raise BadRequest(f"{name} is not a valid URL.") from exc
+    if not url.host:
+        raise BadRequest(f"{name} has no host.")
+    if url.scheme == "https":
+        return
+    policy = _policy(settings)
+    host = url.host.lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        allowed = host in policy.allowed_hosts
+    else:
+        allowed = host in policy.allowed_hosts or any(address in n for n in policy.allowed_networks)
+    if not allowed:
+        raise BadRequest(f"{name} must be an https URL: the client secret and tokens travel over it.")
+
+
+# --- catalog and clients -------------------------------------------------------------------------
+
+
+def _preset_out(preset: ProviderPreset, configured: bool, connected: bool) -> ProviderOut:
+    authorize_url, token_url, revocation_url = preset.endpoints()
+    return ProviderOut(
+        key=preset.key,
+        name=preset.name,
+        kind="preset",
+        description=preset.description,
+        authorize_url=authorize_url,
+        token_url=token_url,
+        revocation_url=revocation_url,
+        default_scopes=list(preset.default_scopes),
+        token_auth_method=preset.token_auth_method,
+        docs_url=preset.docs_url,
+        configured=configured,
+        connected=connected,
+        required_fields=["client_id", "client_secret"],
+    )
+
+
+async def list_providers(session: AsyncSession, context: OrgContext) -> list[ProviderOut]:
+    clients = {
+        c.provider: c for c in (await session.scalars(scoped(IntegrationClient, context.organization_id)))
+    }
+    connected = set(
+        (
+            await session.scalars(
+                scoped(IntegrationConnection, context.organization_id).with_only_columns(
+                    IntegrationConnection.provider
+                )
+            )
+        ).all()
+    )
+    items = [_preset_out(p, p.key in clients, p.key in connected) for p in PRESETS.values()]
+    items.append(
+        ProviderOut(
+            key=GENERIC,
+            name="Custom OAuth2 provider",
+            kind="generic",
+            description="Any OAuth 2.0 provider with the authorization code flow: configure it under a key "
+            "of your own with PUT /api/integrations/{key}/client.",
+            authorize_url=None,
+            token_url=None,
+            revocation_url=None,
+            default_scopes=[],
+            token_auth_method="client_secret_basic",  # noqa: S106
+            configured=False,
+            connected=False,
+            required_fields=["client_id", "client_secret", "authorize_url", "token_url", "scopes"],
+        )
+    )
+    for key in sorted(set(clients) - set(PRESETS)):
+        client = clients[key]
+        items.append(
+            ProviderOut(
+                key=key,
+                name=client.name or key,
+                kind="custom",
+                description="A custom OAuth2 provider configured by this organization.",
+                authorize_url=client.authorize_url,
+                token_url=client.token_url,
+                revocation_url=client.revocation_url,
+                default_scopes=list(client.scopes),
+                token_auth_method=cast(Any, client.token_auth_method),
+                configured=True,
+                connected=key in connected,
+                required_fields=["client_id", "client_secret", "authorize_url", "token_url", "scopes"],
+            )
+        )
+    return items
+
+
+async def find_client(session: AsyncSession, organization_id: str, provider: str) -> IntegrationClient | None:
+    return await session.scalar(
+        scoped(IntegrationClient, organization_id).where(IntegrationClient.provider == provider)
+    )
+
+
+async def get_client(session: AsyncSession, organization_id: str, provider: str) -> IntegrationClient:
+    _check_key(provider)
+    row = await find_client(session, organization_id, provider)
+    if row is None:
+        raise NotFound(
+            f"No OAuth2 client is configured for {provider!r} in this organization; "
+            f"set one with PUT /api/integrations/{provider}/client."
+        )
+    return row
+
+
+def client_config(settings: Settings, row: IntegrationClient) -> oauth.ClientConfig:
+    preset = PRESETS.get(row.provider)
+    secret = _open(_box(settings), "integration_clients", row.id, "client_secret", row.client_secret)
+    if preset is not None:
+        authorize_url, token_url, revocation_url = preset.endpoints(row.tenant)
+        params = dict(preset.authorize_params)
+        method = row.token_auth_method
+    else:
+        assert row.authorize_url is not None and row.token_url is not None
+        authorize_url, token_url, revocation_url = row.authorize_url, row.token_url, row.revocation_url
+        params = {}
+        method = row.token_auth_method
+    return oauth.ClientConfig(
+        provider=row.provider,
+        client_id=row.client_id,
+        client_secret=secret,
+        authorize_url=authorize_url,
+        token_url=token_url,
+        revocation_url=revocation_url,
+        token_auth_method=cast(Any, method),
+        scopes=list(row.scopes),
+        authorize_params=params,
+    )
+
+
+def client_out(settings: Settings, row: IntegrationClient) -> ClientOut:
+    config = client_config(settings, row)
+    preset = PRESETS.get(row.provider)
+    return ClientOut(
+        provider=row.provider,
+        name=row.name or (preset.name if preset else row.provider),
+        client_id=row.client_id,
+        client_secret=mask(config.client_secret) if config.client_secret else None,
+        authorize_url=config.authorize_url,
+        token_url=config.token_url,
+        revocation_url=config.revocation_url,
+        scopes=list(row.scopes),
+        token_auth_method=config.token_auth_method,
+        tenant=row.tenant,
+        redirect_uri=callback_url(settings),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def put_client(
+    session: AsyncSession, settings: Settings, context: OrgContext, provider: str, body: ClientBody
+) -> IntegrationClient:
+    _check_key(provider)
+    preset = PRESETS.get(provider)
+    box = _box(settings)
+    endpoints = {"authorize_url": body.authorize_url, "token_url": body.token_url}
+    if preset is not None:
+        given = [k for k, v in {**endpoints, "revocation_url": body.revocation_url}.items() if v is not None]
+        if given:
+            raise BadRequest(
+                f"{preset.name}'s endpoints are fixed ({', '.join(given)} given); configure a provider with "
+                "other endpoints under a key of your own."
+            )
+        if body.tenant is not None and preset.default_tenant is None:
+            raise BadRequest(f"tenant applies to Microsoft only, not to {preset.name}.")
+    else:
+        missing = [k for k, v in endpoints.items() if v is None]
+        if missing:
+            raise BadRequest(f"A custom provider needs {' and '.join(missing)}.")
+        if not body.scopes:
+            raise BadRequest("A custom provider needs its scopes (a list with at least one scope).")
+        if body.tenant is not None:
+            raise BadRequest("tenant applies to Microsoft only.")
+        for name, value in (*endpoints.items(), ("revocation_url", body.revocation_url)):
+            if value is not None:
+                _check_endpoint(settings, name, value)
+
+    row = await find_client(session, context.organization_id, provider)
+    stored = _open(box, "integration_clients", row.id, "client_secret", row.client_secret) if row else None
+    secret = body.client_secret
+    if (
+        secret is not None
+        and stored is not None
+        and (secret == mask(stored) or secret.startswith(MASK_PREFIX))
+    ):
+        secret = stored  # the masked hint sent back: keep
+    elif secret is None:
+        secret = stored
+    if secret is None:
+        raise BadRequest("client_secret is required (the provider issues it with the client id).")
+    if secret.startswith(MASK_PREFIX):
+        raise BadRequest("client_secret looks like a masked hint; send the secret itself.")
+
+    if row is None:
+        row = IntegrationClient(id=new_id("icl"), organization_id=context.organization_id, provider=provider)
+        session.add(row)
+    row.name = body.name
+    row.client_id = body.client_id
+    row.client_secret = _seal(box, "integration_clients", row.id, "client_secret", secret)
+    row.scopes = list(body.scopes) if body.scopes else list(preset.default_scopes if preset else [])
+    row.token_auth_method = body.token_auth_method or (
+        preset.token_auth_method if preset else "client_secret_basic"
+    )
+    row.authorize_url = None if preset else body.authorize_url
+    row.token_url = None if preset else body.token_url
+    row.revocation_url = None if preset else body.revocation_url
+    row.tenant = body.tenant if preset else None
+    row.updated_by = context.actor_user_id
+    await session.flush()
+    await session.refresh(row)
+    return row
+
+
+async def delete_client(session: AsyncSession, context: OrgContext, provider: str) -> IntegrationClient:
+    row = await get_client(session, context.organization_id, provider)
+    connected = await session.scalar(
+        scoped(IntegrationConnection, context.organization_id)
+        .where(IntegrationConnection.provider == provider)
+        .with_only_columns(IntegrationConnection.id)
+    )
+    if connected is not None:
+        raise Conflict(
+            f"The organization is still connected to {provider!r} ({connected}); disconnect it first."
+        )
+    await session.delete(row)
+    await session.flush()
+    return row
+
+
+# --- connect and callback ------------------------------------------------------------------------
+
+
+async def start_connect(
+    session: AsyncSession, settings: Settings, context: OrgContext, provider: str, body: ConnectBody
+) -> tuple[ConnectOut, OAuthState]:
+    if not context.principal.is_user:
+        raise Forbidden("Connecting an integration needs a person's token (the state is bound to a user).")
+    row = await get_client(session, context.organization_id, provider)
+    return_to = check_return_to(settings, body.return_to) if body.return_to is not None else None
+    config = client_config(settings, row)
+    if config.client_secret is None:
+        raise Conflict(f"The client secret of {provider!r} no longer decrypts; store the client again.")
+    scopes = list(body.scopes) if body.scopes is not None else config.scopes
+
+    now = utcnow()
+    # Pending states of anyone that expired an hour ago are of no use, even for a clear error message.
+    await session.execute(delete(OAuthState).where(OAuthState.expires_at < now - timedelta(hours=1)))
+    state = oauth.new_state()
+    verifier = oauth.new_code_verifier()
+    redirect_uri = callback_url(settings)
+    pending = OAuthState(
+        id=new_id("ost"),
+        organization_id=context.organization_id,
+        state_hash=sha256_hex(state),
+        provider=provider,
+        user_id=context.principal.id,
+        redirect_uri=redirect_uri,
+        return_to=return_to,
+        scopes=scopes,
+        expires_at=now + timedelta(seconds=settings.integrations_state_ttl_seconds),
+        created_at=now,
+    )
+    pending.code_verifier = _seal(_box(settings), "oauth_states", pending.id, "code_verifier", verifier)
+    session.add(pending)
+    await session.flush()
+    url = oauth.authorization_url(
+        config, state=state, code_verifier=verifier, redirect_uri=redirect_uri, scopes=scopes
+    )
+    return ConnectOut(
+        authorization_url=url, state=state, expires_at=pending.expires_at, redirect_uri=redirect_uri
+    ), pending
+
+
+@dataclass(frozen=True)
+class CallbackParams:
+    code: str | None
+    state: str | None
+    error: str | None
+    error_description: str | None
+
+
+async def find_state(session: AsyncSession, state: str | None) -> OAuthState:
+    """The pending state of a callback: missing, unknown, already used or expired → 400."""
+    if not state:
+        raise BadRequest(
+            "The callback has no state; start again with POST /api/integrations/{provider}/connect."
+        )
+    row = await session.scalar(select(OAuthState).where(OAuthState.state_hash == sha256_hex(state)))
+    if row is None:
+        raise BadRequest("The state is not one this server issued (or it was removed long ago); start again.")
+    if row.consumed_at is not None:
+        raise BadRequest(ALREADY_USED)
+    if row.expires_at <= utcnow():
+        raise BadRequest("The state expired; the authorization has to complete within minutes. Start again.")
+    return row
+
+
+ALREADY_USED = "This state was already used; each authorization can complete once. Start again."
+
+
+async def claim_state(session: AsyncSession, state_id: str) -> bool:
+    """Use the state up, atomically: of two callbacks racing with one state, one gets ``True``."""
+    result = cast(
+        CursorResult[Any],
+        await session.execute(
+            update(OAuthState)
+            .where(OAuthState.id == state_id, OAuthState.consumed_at.is_(None))
+            .values(consumed_at=utcnow())
+            .execution_options(synchronize_session=False)
+        ),
+    )
+    return result.rowcount == 1
+
+
+@dataclass(frozen=True)
+class _Pending:
+    id: str
+    organization_id: str
+    user_id: str
+    provider: str
+    redirect_uri: str
+    return_to: str | None
+    scopes: list[str]
+
+
+async def complete_callback(
+    session: AsyncSession, settings: Settings, request: Request, params: CallbackParams
+) -> CallbackOut:
+    """Check the state, exchange the code, store the tokens. Whatever happens once the state is known
+    uses it up; the caller must commit on errors too (the router answers them instead of raising)."""
+    row = await find_state(session, params.state)
+    pending = _Pending(
+        row.id,
+        row.organization_id,
+        row.user_id,
+        row.provider,
+        row.redirect_uri,
+        row.return_to,
+        list(row.scopes),
+    )
+    try:
+        config, verifier = await _check_callback(session, settings, request, row, params)
+    except ParleyError:
+        await claim_state(session, pending.id)
+        raise
+    # No transaction stays open during the call to the provider: on SQLite a read transaction that
+    # later writes fails if anyone else wrote meanwhile, and on PostgreSQL nothing needs to be held.
+    await session.rollback()
+    try:
+        assert params.code is not None
+        tokens = await oauth.exchange_code(
+            _policy(settings),
+            settings.outbound_timeout,
+            config,
+            code=params.code,
+            code_verifier=verifier,
+            redirect_uri=pending.redirect_uri,
+        )
+    except ParleyError:
+        await claim_state(session, pending.id)
+        raise
+    if not await claim_state(session, pending.id):
+        raise BadRequest(ALREADY_USED)  # a concurrent callback with the same state got there first
+
+    provider = pending.provider
+    connection = await session.scalar(
+        scoped(IntegrationConnection, pending.organization_id).where(
+            IntegrationConnection.provider == provider
+        )
+    )
+    if connection is None:
+        connection = IntegrationConnection(
+            id=new_id("icn"), organization_id=pending.organization_id, provider=provider, refresh_token=None
+        )
+        session.add(connection)
+    connection.connected_by = pending.user_id
+    _store_tokens(_box(settings), connection, tokens, default_scopes=pending.scopes, keep_refresh=False)
+    connection.last_refreshed_at = None
+    await session.flush()
+    await session.refresh(connection)
+    _audit(session, request, pending, connection.id, "integration_connected", scopes=connection.scopes)
+    return CallbackOut(
+        provider=provider,
+        organization_id=pending.organization_id,
+        connection_id=connection.id,
+        scopes=list(connection.scopes),
+        expires_at=connection.expires_at,
+        return_to=pending.return_to,
+        message=f"Connected {provider}; you can close this window.",
+    )
+
+
+async def _check_callback(
+    session: AsyncSession, settings: Settings, request: Request, row: OAuthState, params: CallbackParams
+) -> tuple[oauth.ClientConfig, str]:
+    provider = row.provider
+    if params.error:
+        reason = oauth.clean_text(params.error, 80)
+        if params.error_description:
+            reason += f": {oauth.clean_text(params.error_description)}"
+        _audit(session, request, row, None, "integration_authorization_declined", reason=reason)
+        raise BadRequest(f"The provider {provider!r} did not grant access ({reason}). Start again to retry.")
+    if not params.code:
+        raise BadRequest("The callback has neither a code nor an error; start again.")
+    role = await session.scalar(
+        select(Membership.role).where(
+            Membership.organization_id == row.organization_id, Membership.user_id == row.user_id
+        )
+    )
+    if role is None or not Role(role).at_least(Role.admin):
+        raise BadRequest("The person who started this authorization may no longer connect integrations here.")
+    client = await find_client(session, row.organization_id, provider)
+    if client is None:
+        raise BadRequest(f"The client for {provider!r} was removed while the authorization was pending.")
+    verifier = _open(_box(settings), "oauth_states", row.id, "code_verifier", row.code_verifier)
+    config = client_config(settings, client)
+    if verifier is None or config.client_secret is None:
+        raise BadRequest(
+            "The pending authorization cannot be completed (a secret no longer decrypts); start again."
+        )
+    return config, verifier
+
+
+def _store_tokens(
+    box: SecretBox,
+    row: IntegrationConnection,
+    tokens: oauth.TokenSet,
+    *,
+    default_scopes: list[str],
+    keep_refresh: bool,
+) -> None:
+    now = utcnow()
+    row.access_token = _seal(box, "integration_connections", row.id, "access_token", tokens.access_token)
+    if tokens.refresh_token is not None:
+        row.refresh_token = _seal(
+            box, "integration_connections", row.id, "refresh_token", tokens.refresh_token
+        )
+    elif not keep_refresh:
+        row.refresh_token = None
+    row.token_type = tokens.token_type
+    row.expires_at = now + timedelta(seconds=tokens.expires_in) if tokens.expires_in else None
+    row.scopes = tokens.scopes if tokens.scopes is not None else default_scopes
+    row.status = "active"
+    row.last_error = None
+
+
+def _audit(
+    session: AsyncSession,
+    request: Request,
+    pending: OAuthState | _Pending,
+    connection_id: str | None,
+    action: str,
+    **details: Any,
+) -> None:
+    """The callback is a GET without a bearer token: it writes its audit event itself."""
+    client = request.client
+    session.add(
+        AuditEvent(
+            id=new_id("aud"),
+            organization_id=pending.organization_id,
+            actor_type="user",
+            actor_id=pending.user_id,
+            action=action,
+            resource_type="integration_connection",
+            resource_id=connection_id,
+            method=request.method,
+            path=request.url.path[:500],
+            ip=client.host if client else None,
+            user_agent=(request.headers.get("user-agent") or "")[:300] or None,
+            request_id=getattr(request.state, "request_id", None),
+            details={"provider": pending.provider, **details},
+        )
+    )
+
+
+# --- connections ---------------------------------------------------------------------------------
+
+
+def connection_out(settings: Settings, row: IntegrationConnection) -> ConnectionOut:
+    box = _box(settings)
+    access = _open(box, "integration_connections", row.id, "access_token", row.access_token)
+    refresh_token = _open(box, "integration_connections", row.id, "refresh_token", row.refresh_token)
+    return ConnectionOut(
+        id=row.id,
+        provider=row.provider,
+        status=cast(Any, row.status),
+        scopes=list(row.scopes),
+        token_type=row.token_type,
+        access_token=mask(access) if access else MASK_PREFIX,
+        refresh_token=mask(refresh_token) if refresh_token else None,
+        expires_at=row.expires_at,
+        last_refreshed_at=row.last_refreshed_at,
+        last_error=row.last_error,
+        connected_by=row.connected_by,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+async def get_connection(
+    session: AsyncSession, organization_id: str, connection_id: str
+) -> IntegrationConnection:
+    return await get_owned(session, IntegrationConnection, connection_id, organization_id, "Connection")
+
+
+async def disconnect(
+    session: AsyncSession, settings: Settings, context: OrgContext, connection_id: str
+) -> tuple[IntegrationConnection, str | None]:
+    """Delete the connection; revoke its tokens first when the provider can. Returns the reason a
+    revocation did not happen (``None`` when it did)."""
+    row = await get_connection(session, context.organization_id, connection_id)
+    client = await find_client(session, context.organization_id, row.provider)
+    reason: str | None = "The provider's client is no longer configured."
+    if client is not None:
+        config = client_config(settings, client)
+        box = _box(settings)
+        refresh_token = _open(box, "integration_connections", row.id, "refresh_token", row.refresh_token)
+        access = _open(box, "integration_connections", row.id, "access_token", row.access_token)
+        # Revoking the refresh token ends the whole grant (RFC 7009 §2.1); else the access token.
+        token, hint = (refresh_token, "refresh_token") if refresh_token else (access, "access_token")
+        if token is None:
+            reason = "The stored tokens no longer decrypt."
+        else:
+            reason = await oauth.revoke(_policy(settings), settings.outbound_timeout, config, token, hint)
+    await session.delete(row)
+    await session.flush()
+    if reason is not None:
+        log.info("integration_not_revoked", provider=row.provider, connection_id=row.id)
+    return row, reason
+
+
+# --- access tokens and refresh -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccessToken:
+    token: str
+    token_type: str
+    expires_at: datetime | None
+    refreshed: bool
+
+
+_LOCKS: dict[tuple[int, str], asyncio.Lock] = {}
+
+
+def refresh_lock(connection_id: str) -> asyncio.Lock:
+    """The in-process refresh lock of a connection (per event loop: asyncio locks belong to one)."""
+    key = (id(asyncio.get_running_loop()), connection_id)
+    return _LOCKS.setdefault(key, asyncio.Lock())
+
+
+def _check_usable(row: IntegrationConnection) -> None:
+    if row.status == "refresh_failed":
+        raise Conflict(
+            f"The {row.provider!r} connection needs to be connected again: {row.last_error or 'the refresh failed'}"
+        )
+
+
+def _expiring(row: IntegrationConnection, margin: float) -> bool:
+    return row.expires_at is not None and row.expires_at <= utcnow() + timedelta(seconds=margin)
+
+
+async def refresh_locked(
+    session: AsyncSession,
+    settings: Settings,
+    organization_id: str | None,
+    connection_id: str,
+    *,
+    force: bool = False,
+    margin: float = 30.0,
+) -> tuple[IntegrationConnection, AccessToken]:
+    """In ``session``: lock the connection row, refresh its tokens if (still) needed, flush.
+
+    Raises :class:`OAuthProviderError` when the provider refuses; a refusal that makes the refresh
+    token useless has already marked the row ``refresh_failed`` (flushed) so the caller can commit it.
+    """
+    stmt = select(IntegrationConnection).where(IntegrationConnection.id == connection_id)
+    if organization_id is not None:
+        stmt = stmt.where(IntegrationConnection.organization_id == organization_id)
+    row = await session.scalar(stmt.with_for_update().execution_options(populate_existing=True))
+    if row is None:
+        raise NotFound(f"Connection {connection_id!r} was not found in this organization.")
+    _check_usable(row)
+    box = _box(settings)
+    if not force and not _expiring(row, margin):
+        access = _open(box, "integration_connections", row.id, "access_token", row.access_token)
+        if access is not None:
+            return row, AccessToken(access, row.token_type, row.expires_at, refreshed=False)
+    refresh_token = _open(box, "integration_connections", row.id, "refresh_token", row.refresh_token)
+    if refresh_token is None:
+        raise Conflict(
+            f"The {row.provider!r} access token cannot be refreshed (the provider gave no refresh token); "
+            "connect again."
+        )
+    client = await find_client(session, row.organization_id, row.provider)
+    if client is None:
+        raise Conflict(f"The client for {row.provider!r} was removed; configure it again to refresh tokens.")
+    config = client_config(settings, client)
+    try:
+        tokens = await oauth.refresh(_policy(settings), settings.outbound_timeout, config, refresh_token)
+    except oauth.OAuthProviderError as exc:
+        if exc.error in FATAL_REFRESH_ERRORS:
+            row.status = "refresh_failed"
+            row.last_error = exc.detail[:1000]
+            await session.flush()
+        raise
+    _store_tokens(box, row, tokens, default_scopes=list(row.scopes), keep_refresh=True)
+    row.last_refreshed_at = utcnow()
+    await session.flush()
+    await session.refresh(row)
+    return row, AccessToken(tokens.access_token, row.token_type, row.expires_at, refreshed=True)
+
+
+async def access_token_for(
+    db: Database,
+    settings: Settings,
+    connection: IntegrationConnection | str,
+    *,
+    force: bool = False,
+    margin: float = 30.0,
+) -> AccessToken:
+    """A usable access token of ``connection``, refreshed first when it expires within ``margin`` s.
+
+    Runs in its own transaction (call it outside a request's write transaction, e.g. from a tool or a
+    job). Concurrent callers in this process wait for one refresh and then reuse its result; across
+    processes the row lock does the same.
+    """
+    connection_id = connection if isinstance(connection, str) else connection.id
+    if not force:
+        async with db.sessionmaker() as session:
+            row = await session.get(IntegrationConnection, connection_id)
+            if row is None:
+                raise NotFound(f"Connection {connection_id!r} was not found.")
+            _check_usable(row)
+            if not _expiring(row, margin):
+                access = _open(
+                    _box(settings), "integration_connections", row.id, "access_token", row.access_token
+                )
+                if access is not None:
+                    return AccessToken(access, row.token_type, row.expires_at, refreshed=False)
+    async with refresh_lock(connection_id), db.write_sessionmaker() as session:
+        try:
+            _, token = await refresh_locked(
+                session, settings, None, connection_id, force=force, margin=margin
+            )
+        except oauth.OAuthProviderError:
+            await session.commit()  # keeps the refresh_failed mark
+            raise
+        await session.commit()
+        return token
+
+
+async def expiring_connection_ids(session: AsyncSession, margin: float) -> list[str]:
+    rows = await session.scalars(
+        select(IntegrationConnection.id).where(
+            IntegrationConnection.status == "active",
+            IntegrationConnection.refresh_token.is_not(None),
+            IntegrationConnection.expires_at.is_not(None),
+            IntegrationConnection.expires_at <= utcnow() + timedelta(seconds=margin),
+        )
+    )
+    return list(rows.all())
+
+
+async def refresh_expiring(db: Database, settings: Settings) -> tuple[int, int]:
+    """Refresh every active connection whose token expires within the margin; (refreshed, failed)."""
+    margin = settings.integrations_refresh_margin_seconds
+    async with db.sessionmaker() as session:
+        ids = await expiring_connection_ids(session, margin)
+    refreshed = failed = 0
+    for connection_id in ids:
+        try:
+            token = await access_token_for(db, settings, connection_id, margin=margin)
+        except ParleyError as exc:
+            failed += 1
+            log.warning(
+                "integration_refresh_failed", connection_id=connection_id, error_type=type(exc).__name__
+            )
+            continue
+        refreshed += int(token.refreshed)
+    return refreshed, failed

@@ -1,0 +1,137 @@
+"""A local Twilio REST server (the parts Parley uses), speaking Twilio's wire format, for tests.
+
+- ``GET  /2010-04-01/Accounts/{sid}/IncomingPhoneNumbers.json`` (``PhoneNumber`` filter)
+- ``POST /2010-04-01/Accounts/{sid}/IncomingPhoneNumbers/{PN...}.json`` (``VoiceUrl``, ``VoiceMethod``)
+- ``POST /2010-04-01/Accounts/{sid}/Calls.json`` (``To``, ``From``, ``Url`` or ``Twiml``), answered 201
+HTTP basic auth with the account SID and auth token; errors are Twilio's JSON ``{code, message,
+more_info, status}``. ``outage`` answers 503 to everything; lists are paged (``PageSize`` capped by ``max_page_size``,
+``next_page_uri``) as Twilio does.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
+AUTH_TOKEN = "stub-twilio-auth-token-0123456789"
+
+
+@dataclass
+class TwilioState:
+    numbers: dict[str, dict[str, Any]] = field(default_factory=dict)  # sid -> number resource
+    calls: list[dict[str, str]] = field(default_factory=list)
+    outage: bool = False
+    max_page_size: int = 1000
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def reset(self) -> None:
+        self.numbers.clear()
+        self.calls.clear()
+        self.outage = False
+        self.max_page_size = 1000
+
+    def add_number(self, phone_number: str, voice_url: str = "") -> str:
+        sid = f"PN{next(self._ids):032x}"
+        self.numbers[sid] = {
+            "sid": sid,
+            "account_sid": ACCOUNT_SID,
+            "phone_number": phone_number,
+            "friendly_name": phone_number,
+            "voice_url": voice_url,
+            "voice_method": "POST",
+        }
+        return sid
+
+
+def _error(status: int, code: int, message: str) -> JSONResponse:
+    return JSONResponse(
+        {
+            "code": code,
+            "message": message,
+            "more_info": f"https://www.twilio.com/docs/errors/{code}",
+            "status": status,
+        },
+        status_code=status,
+    )
+
+
+def make_twilio_stub(state: TwilioState) -> Starlette:
+    def check(request: Request) -> JSONResponse | None:
+        header = request.headers.get("authorization", "")
+        expected = "Basic " + base64.b64encode(f"{ACCOUNT_SID}:{AUTH_TOKEN}".encode()).decode()
+        if header != expected or request.path_params["sid"] != ACCOUNT_SID:
+            return _error(401, 20003, "Authenticate")
+        if state.outage:
+            return _error(503, 20500, "Service Unavailable: Twilio is having a bad day")
+        return None
+
+    async def numbers(request: Request) -> JSONResponse:
+        if (refused := check(request)) is not None:
+            return refused
+        wanted = request.query_params.get("PhoneNumber")
+        items = [n for n in state.numbers.values() if wanted is None or n["phone_number"] == wanted]
+        size = min(int(request.query_params.get("PageSize", "50")), state.max_page_size)
+        page = int(request.query_params.get("Page", "0"))
+        chunk = items[page * size : (page + 1) * size]
+        next_uri = None
+        if (page + 1) * size < len(items):
+            next_uri = f"/2010-04-01/Accounts/{ACCOUNT_SID}/IncomingPhoneNumbers.json?PageSize={size}&Page={page + 1}"
+        return JSONResponse(
+            {"incoming_phone_numbers": chunk, "page": page, "page_size": size, "next_page_uri": next_uri}
+        )
+
+    async def update_number(request: Request) -> JSONResponse:
+        if (refused := check(request)) is not None:
+            return refused
+        number = state.numbers.get(request.path_params["pn"])
+        if number is None:
+            return _error(404, 20404, "The requested resource was not found")
+        form = await request.form()
+        for key, field_name in (("VoiceUrl", "voice_url"), ("VoiceMethod", "voice_method")):
+            if key in form:
+                number[field_name] = str(form[key])
+        return JSONResponse(number)
+
+    async def calls(request: Request) -> JSONResponse:
+        if (refused := check(request)) is not None:
+            return refused
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        if not form.get("To"):
+            return _error(400, 21201, "No 'To' number is specified")
+        if form.get("From") not in {n["phone_number"] for n in state.numbers.values()}:
+            return _error(
+                400,
+                21210,
+                f"The source phone number provided, {form.get('From')}, is not yet verified for your account.",
+            )
+        if not (form.get("Url") or form.get("Twiml")):
+            return _error(400, 21205, "Url or Twiml parameter is required")
+        sid = f"CA{next(state._ids):032x}"
+        state.calls.append({"sid": sid, **form})
+        return JSONResponse(
+            {
+                "sid": sid,
+                "status": "queued",
+                "to": form["To"],
+                "from": form["From"],
+                "account_sid": ACCOUNT_SID,
+            },
+            status_code=201,
+        )
+
+    base = "/2010-04-01/Accounts/{sid}"
+    return Starlette(
+        routes=[
+            Route(f"{base}/IncomingPhoneNumbers.json", numbers, methods=["GET"]),
+            Route(f"{base}/IncomingPhoneNumbers/{{pn}}.json", update_number, methods=["POST"]),
+            Route(f"{base}/Calls.json", calls, methods=["POST"]),
+        ]
+    )
