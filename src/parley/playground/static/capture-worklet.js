@@ -7,7 +7,8 @@ class PcmCapture extends AudioWorkletProcessor {
     super();
     const { Downsampler, Framer } = globalThis.ParleyPcm;
     this.downsampler = new Downsampler(sampleRate, 16000);
-    this.framer = new Framer((buffer) => this.port.postMessage(buffer, [buffer]));
+    // Copied, not transferred: transferring from the audio thread stalls headless Chromium's page.
+    this.framer = new Framer((buffer) => this.port.postMessage(buffer));
   }
 
   process(inputs) {
