@@ -68,7 +68,10 @@ def platform(
     settings = prepare_settings(settings)
     seeded = asyncio.run(
         run_seed(
-            settings, owner_subject="shop-owner", connector_url=connector["url"], connector_key=connector["key"]
+            settings,
+            owner_subject="shop-owner",
+            connector_url=connector["url"],
+            connector_key=connector["key"],
         )
     )
     with serve_in_thread(create_app(settings)) as base_url:
@@ -88,7 +91,9 @@ def order(connector: dict[str, str], order_id: str) -> dict[str, Any]:
 
 
 async def _speech(text: str) -> bytes:
-    chunks = [c async for c in EspeakTts("en-us").synthesize(text, voice=None, language="en", sample_rate=RATE)]
+    chunks = [
+        c async for c in EspeakTts("en-us").synthesize(text, voice=None, language="en", sample_rate=RATE)
+    ]
     return b"".join(chunks)
 
 

@@ -28,8 +28,8 @@ class _Page(HTMLParser):
         for name, _ in attrs:
             if name == "style" or name.startswith("on"):
                 self.inline.append(f"<{tag} {name}=...>")
-        if "id" in values and values["id"]:
-            self.ids.add(values["id"])
+        if values.get("id"):
+            self.ids.add(str(values["id"]))
         if tag == "style":
             self.inline.append("<style>")
         if tag == "script":
@@ -82,7 +82,9 @@ async def test_a_strange_host_header_never_widens_the_policy(client: httpx.Async
     assert _directives(content_security_policy("[::1]:8000"))["connect-src"][1] == "ws://[::1]:8000"
 
 
-async def test_the_page_has_no_inline_code_and_every_file_it_names_is_served(client: httpx.AsyncClient) -> None:
+async def test_the_page_has_no_inline_code_and_every_file_it_names_is_served(
+    client: httpx.AsyncClient,
+) -> None:
     page = _Page()
     page.feed((await client.get("/playground")).text)
     assert page.inline == []
