@@ -380,6 +380,8 @@ async def paced_session(
         await sender
     if voice is not None:
         await voice.aclose()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(voice.drain(), 5)
 
 
 async def sessions_at(
@@ -460,11 +462,15 @@ async def cold_decoders(count: int) -> None:
     )
 
 
-async def concurrent(counts: list[int], seconds: float, offline_sessions: int) -> None:
-    with contextlib.suppress(AttributeError, OSError):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    caller = [SPEECH] * 50 + [SILENCE] * 75  # 1 s of speech, 1.5 s of silence: a turn every 2.5 s
-    print(f"\n## 3. Voiced sessions on one core ({seconds:.0f} s each, fake engines, real-time pacing)\n")
+async def concurrent(counts: list[int], seconds: float, offline_sessions: int, pin: bool) -> None:
+    if pin:  # one core: the figures are per core
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    # 1 s of speech, 2 s of silence: a turn every 3 s; the agent's 1 s answer ends before the caller
+    # speaks again (no barge-in)
+    caller = [SPEECH] * 50 + [SILENCE] * 100
+    where = "one core" if pin else "unpinned, one event loop"
+    print(f"\n## 3. Voiced sessions ({where}; {seconds:.0f} s each, fake engines, real-time pacing)\n")
     print(HEADER)
     for count in counts:
         report_sessions("bare pacing (baseline)", count, await sessions_at(count, seconds, None, caller))
@@ -477,7 +483,7 @@ async def concurrent(counts: list[int], seconds: float, offline_sessions: int) -
         audio = await speech(SPOKEN)
         spoken = frames_of(bytes(RATE) + audio + bytes(RATE * 3))
         print(
-            f"\n## 4. Offline engines per session (one core, {seconds:.0f} s, {SPOKEN!r} then silence, looped)\n"
+            f"\n## 4. Offline engines per session ({where}; {seconds:.0f} s, {SPOKEN!r} then silence, looped)\n"
         )
         await cold_decoders(min(offline_sessions, 4))
         await one_trial((PocketsphinxStt(), EspeakTts("en-us"), WebRtcVad(RATE)), spoken, last_voiced(spoken))
@@ -525,6 +531,9 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--offline-sessions", type=int, default=4)
     parser.add_argument("--engines", action="store_true", help="also run python -m parley.voice.bench")
+    parser.add_argument(
+        "--no-pin", action="store_true", help="do not pin to one core (on a machine busy with other work)"
+    )
     args = parser.parse_args()
     print(f"# Voice benchmarks ({os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start)")
     if args.engines:
@@ -536,7 +545,7 @@ async def main() -> None:
         await overhead(args.turns)
     counts = [int(c) for c in args.sessions.split(",") if c.strip()]
     if counts or args.offline_sessions:
-        await concurrent(counts, args.seconds, args.offline_sessions)
+        await concurrent(counts, args.seconds, args.offline_sessions, not args.no_pin)
     await memory(max(counts, default=100))
 
 
