@@ -20,7 +20,12 @@ def test_the_voice_bench_runs_end_to_end() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
-    for heading in ("## 1. Voice to voice", "## 2. Pipeline overhead", "## 3. Voiced sessions", "## 4. Offline"):
+    for heading in (
+        "## 1. Voice to voice",
+        "## 2. Pipeline overhead",
+        "## 3. Voiced sessions",
+        "## 4. Offline",
+    ):
         assert heading in out, out
     # the offline engines heard the spoken order number in the voice-to-voice trial
     offline = next(line for line in out.splitlines() if line.startswith("| offline"))
