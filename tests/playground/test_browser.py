@@ -106,29 +106,39 @@ def spoken_order(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def launch(playwright: Any, executable: str, wav: Path) -> Any:
+    return playwright.chromium.launch(
+        executable_path=executable,
+        args=[
+            "--use-fake-device-for-media-stream",
+            "--use-fake-ui-for-media-stream",
+            f"--use-file-for-fake-audio-capture={wav}%noloop",
+            "--autoplay-policy=no-user-gesture-required",
+        ],
+    )
+
+
 @pytest.fixture(scope="module")
-def browser(platform: dict[str, Any], spoken_order: Path) -> Iterator[Any]:
+def playwright(platform: dict[str, Any], spoken_order: Path, barging_caller: Path) -> Iterator[Any]:
+    # Fixtures that run asyncio.run come first: sync playwright keeps its event loop on this thread.
     executable = require_browser()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable,
-            args=[
-                "--use-fake-device-for-media-stream",
-                "--use-fake-ui-for-media-stream",
-                f"--use-file-for-fake-audio-capture={spoken_order}%noloop",
-                "--autoplay-policy=no-user-gesture-required",
-            ],
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
+        playwright.executable = executable
+        yield playwright
 
 
-@pytest.fixture
-def page(platform: dict[str, Any], browser: Any) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def browser(playwright: Any, spoken_order: Path) -> Iterator[Any]:
+    browser = launch(playwright, playwright.executable, spoken_order)
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
+def open_page(browser: Any, platform: dict[str, Any]) -> Any:
     context = browser.new_context()
     context.grant_permissions(["microphone"], origin=platform["url"])
     page = context.new_page()
@@ -137,10 +147,16 @@ def page(platform: dict[str, Any], browser: Any) -> Iterator[Any]:
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(str(e)))
     page.problems = problems
+    return page
+
+
+@pytest.fixture
+def page(platform: dict[str, Any], browser: Any) -> Iterator[Any]:
+    page = open_page(browser, platform)
     try:
         yield page
     finally:
-        context.close()
+        page.context.close()
 
 
 def start_session(page: Any, platform: dict[str, Any]) -> None:
@@ -209,3 +225,34 @@ def test_a_wrong_token_is_reported_on_the_page(page: Any, platform: dict[str, An
     page.get_by_role("button", name="Load flows").click()
     page.locator("#status.error", has_text="401").wait_for()
     assert page.get_by_role("button", name="Start session").is_disabled()
+
+
+@pytest.fixture(scope="module")
+def barging_caller(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The order number, then "yes" while the agent is still reading out the order's status."""
+    number, yes = asyncio.run(_speech(SPOKEN_ORDER[0])), asyncio.run(_speech("yes"))
+    path = tmp_path_factory.mktemp("wav") / "barge.wav"
+    pause = bytes(RATE * 2 * 3)  # the answer starts ≈ 0.7 s after the number; it lasts ≈ 9 s
+    path.write_bytes(write_wav(bytes(RATE * 2) + number + pause + yes + bytes(RATE * 2 * 20), RATE))
+    return path
+
+
+def test_the_caller_barges_in_and_the_queued_agent_audio_is_dropped(
+    playwright: Any, barging_caller: Path, platform: dict[str, Any], connector: dict[str, str]
+) -> None:
+    expected = order(connector, SPOKEN_ORDER[1])
+    browser = launch(playwright, playwright.executable, barging_caller)
+    try:
+        page = open_page(browser, platform)
+        start_session(page, platform)
+        page.get_by_role("button", name="Start microphone").click()
+        page.locator("#log li.agent", has_text=str(expected["plate"])).wait_for()
+        page.locator("#log li.note", has_text="You interrupted the agent.").wait_for()
+        # the page stopped the agent's buffered audio the moment the interruption arrived
+        dropped = page.locator("#played").get_attribute("data-dropped")
+        assert dropped is not None and int(dropped) > 0
+        # what the caller said over the agent is the next turn
+        page.locator("#log li.caller").nth(1).wait_for()
+        assert not page.problems, page.problems
+    finally:
+        browser.close()

@@ -147,6 +147,8 @@
     }
 
     clear() {
+      this.dropped = (this.dropped || 0) + this.sources.size;
+      ui.played.dataset.dropped = String(this.dropped);  // buffers cut off by the caller (barge-in)
       for (const source of this.sources) {
         source.onended = null;
         try { source.stop(); } catch (error) { /* not started yet */ }
