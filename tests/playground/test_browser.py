@@ -195,10 +195,15 @@ def test_a_spoken_order_number_reaches_the_connector_and_the_answer_is_shown_and
     row = page.locator("#metrics tbody tr").first
     row.wait_for()
     assert float(str(row.get_attribute("data-voice-to-voice"))) > 0
+    # muting keeps the call; the microphone starts again on the same connection
+    page.get_by_role("button", name="Stop microphone").click()
+    page.locator("#status", has_text="Microphone off").wait_for()
+    page.get_by_role("button", name="Start microphone").click()
+    page.locator("#status", has_text="Listening. Speak now.").wait_for()
     # the caller ends the call from the page
     page.get_by_role("button", name="End session").click()
     page.locator("#status", has_text="The session has ended").wait_for()
-    assert not [p for p in page.problems if "Content Security Policy" in p or "Refused" in p], page.problems
+    assert not page.problems, page.problems
 
 
 def test_a_typed_conversation(page: Any, platform: dict[str, Any], connector: dict[str, str]) -> None:

@@ -12,7 +12,7 @@
     status: $("status"), log: $("log"), partial: $("partial"), played: $("played"),
     metrics: document.querySelector("#metrics tbody"), tools: $("tools"),
   };
-  const state = { session: null, socket: null, capture: null, context: null, player: null };
+  const state = { session: null, socket: null, capture: null, context: null, player: null, worklet: null };
 
   // --- the API ----------------------------------------------------------------------------------
 
@@ -185,8 +185,12 @@
     mute.connect(context.destination);
     let node;
     if (context.audioWorklet && window.AudioWorkletNode) {
-      await context.audioWorklet.addModule("/playground/pcm.js");
-      await context.audioWorklet.addModule("/playground/capture-worklet.js");
+      if (!state.worklet) {  // once per audio context: a processor name can be registered only once
+        state.worklet = context.audioWorklet.addModule("/playground/pcm.js")
+          .then(() => context.audioWorklet.addModule("/playground/capture-worklet.js"))
+          .catch((error) => { state.worklet = null; throw error; });
+      }
+      await state.worklet;
       node = new AudioWorkletNode(context, "parley-pcm-capture", { numberOfInputs: 1, numberOfOutputs: 1 });
       node.port.onmessage = (message) => send(message.data);
     } else {
