@@ -39,6 +39,7 @@ from parley.llm.router import router as llm_router
 from parley.monitoring.router import router as monitoring_router
 from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
+from parley.playground.router import router as playground_router
 from parley.providers.router import router as providers_router
 from parley.reporting.router import router as reporting_router
 from parley.sessions.router import monitoring_router as live_sessions_router
@@ -91,6 +92,7 @@ ROUTERS = (
     outbound_calls_router,
     twilio_media_router,
     integrations_router,
+    playground_router,
 )
 
 
