@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from parley.kit.metrics import DB_UNAVAILABLE
 from parley.kit.responses import JSONBytesResponse
 
 log = structlog.get_logger("parley.errors")
@@ -145,6 +146,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # Connection loss, a restarting server, SQLite's "database is locked": retryable, not a bug.
         cause = exc.orig if isinstance(exc, DBAPIError) else exc
         log.warning("database_unavailable", error_type=type(cause).__name__, path=request.url.path)
+        DB_UNAVAILABLE.labels(type(cause).__name__).inc()
         return error_response(
             503,
             "A backing service (the database or storage) is busy or unavailable; the request was not applied. Retry shortly.",

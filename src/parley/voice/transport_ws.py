@@ -32,6 +32,7 @@ from parley.organizations.models import Role
 from parley.runtime.state import ConversationState
 from parley.sessions import locks, service
 from parley.sessions.service import SessionEnded
+from parley.system.lifecycle import lifecycle_of
 from parley.voice import registry
 from parley.voice.engines.base import SttEngine, TtsEngine, Vad
 from parley.voice.engines.vad import WebRtcVad
@@ -68,6 +69,7 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_ENDED = 4409
 CLOSE_RATE_LIMITED = 4429
 CLOSE_UNAVAILABLE = 4503
+CLOSE_SERVICE_RESTART = 1012
 
 
 @dataclass(frozen=True)
@@ -309,6 +311,13 @@ class _Call:
         )
         self.inbox = _Inbox(MAX_INPUT_FRAMES)
         self.caller_ended = False
+        self.stop_reason: str | None = None
+        self._stopped = asyncio.Event()
+
+    def stop(self, reason: str) -> None:
+        """End the call from the server side (shutdown): the turn in progress is still answered."""
+        self.stop_reason = reason
+        self._stopped.set()
 
     async def send_json(self, data: dict[str, Any]) -> None:
         await self.websocket.send_text(json.dumps(data, ensure_ascii=False, default=str))
@@ -387,8 +396,9 @@ class _Call:
         receiver = asyncio.create_task(self.receive())
         feeder = asyncio.create_task(self.feed())
         sender = asyncio.create_task(self.send())
+        stopper = asyncio.create_task(self._stopped.wait())
         try:
-            await asyncio.wait({receiver, sender}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({receiver, sender, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             # The caller is gone (or the flow ended): answer what was said, then end the session.
             self.inbox.close()
@@ -396,16 +406,23 @@ class _Call:
             await self.pipeline.finish_input()
             await self.pipeline.drain()
             await self.pipeline.aclose()
-            for task in (receiver, sender):
+            for task in (receiver, sender, stopper):
                 task.cancel()
-            await asyncio.gather(receiver, sender, return_exceptions=True)
+            await asyncio.gather(receiver, sender, stopper, return_exceptions=True)
+            shut_down = self.stop_reason is not None and not self.pipeline.ended
             if not self.pipeline.ended:
                 await self._end_session()
+            if shut_down:
+                with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                    await self.send_json({"type": "end", "outcome": "failed", "reason": self.stop_reason})
+                    await self.websocket.close(code=CLOSE_SERVICE_RESTART, reason="The server is restarting.")
 
     async def _end_session(self) -> None:
         outcome, reason = (
             ("completed", "caller_ended") if self.caller_ended else ("abandoned", "caller_hung_up")
         )
+        if self.stop_reason is not None:
+            outcome, reason = "failed", self.stop_reason
         state = self.websocket.app.state
         try:
             async with locks.hold(self.session_id), state.db.write_sessionmaker() as session:
@@ -427,13 +444,18 @@ class _Call:
 async def session_audio_socket(websocket: WebSocket, sessionId: str) -> None:
     """Talk to a session: PCM16 mono 16 kHz audio in and out, JSON events (docs/voice.md)."""
     await websocket.accept()
+    lifecycle = lifecycle_of(websocket.app)
     try:
+        if lifecycle.draining:
+            raise _Refused(
+                CLOSE_UNAVAILABLE, "The server is shutting down; connect again to reach another one."
+            )
         opened = await _open(websocket, sessionId[:40])
     except _Refused as refused:
         await websocket.close(code=refused.code, reason=refused.reason[:120])
         return
     call = _Call(websocket, sessionId, opened)
-    with contextlib.suppress(WebSocketDisconnect):
+    with lifecycle.track(call), contextlib.suppress(WebSocketDisconnect):
         await call.run()
     if websocket.client_state == WebSocketState.CONNECTED:
         with contextlib.suppress(RuntimeError, WebSocketDisconnect):
