@@ -158,11 +158,39 @@ def install_error_handlers(app: FastAPI) -> None:
     for unavailable in (OperationalError, InterfaceError, PoolTimeout, ConnectionError, TimeoutError):
         app.add_exception_handler(unavailable, _database_unavailable)
 
-    @app.exception_handler(Exception)
+    @app.exception_handler(DBAPIError)
+    async def _database_error(request: Request, exc: DBAPIError) -> JSONBytesResponse:
+        # A connection lost mid-statement (the server restarted), a server that is starting or shutting
+        # down, a statement time-out: the database's state, not a bug in the request.
+        if is_unavailable(exc):
+            return await _database_unavailable(request, exc)
+        return await _unexpected(request, exc)
+
     async def _unexpected(request: Request, exc: Exception) -> JSONBytesResponse:
         # Logged with its type only: exception text may carry secrets or personal data.
         log.error("unhandled_error", error_type=type(exc).__name__, path=request.url.path, exc_info=exc)
         return error_response(500, "Internal server error. The request was not applied.", "internal_error")
+
+    app.add_exception_handler(Exception, _unexpected)
+
+
+# SQLSTATE classes of a database that is (temporarily) not serving: 08 connection exception,
+# 57 operator intervention (admin shutdown, cannot connect now, query canceled by statement_timeout),
+# 53 insufficient resources (too many connections), 40 transaction rollback (serialization, deadlock).
+_UNAVAILABLE_SQLSTATE_CLASSES = ("08", "57", "53", "40")
+
+
+def is_unavailable(exc: DBAPIError) -> bool:
+    """Whether a database error means "unavailable, retry" rather than a bug (see the classes above)."""
+    if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    if isinstance(sqlstate, str) and sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES:
+        return True
+    cause = exc.orig.__cause__ if exc.orig is not None else None
+    return type(cause).__name__ in ("ConnectionDoesNotExistError", "ConnectionFailureError") or isinstance(
+        cause, OSError | TimeoutError
+    )
 
 
 def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
