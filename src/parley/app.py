@@ -33,6 +33,7 @@ from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from parley.kit.ratelimit import SlidingWindowLimiter
 from parley.kit.responses import JSONBytesResponse
+from parley.kit.tracing import install_tracing, instrument_engine, shutdown_tracing
 from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
 from parley.llm.router import router as llm_router
@@ -46,6 +47,7 @@ from parley.sessions.router import monitoring_router as live_sessions_router
 from parley.sessions.router import router as sessions_router
 from parley.sessions.router import voice_router as session_voice_router
 from parley.sessions.tasks import IdleSweeper
+from parley.system.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of
 from parley.system.router import router as system_router
 from parley.telephony.router import admin_router as telephony_admin_router
 from parley.telephony.router import calls_router as outbound_calls_router
@@ -107,11 +109,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = database is None
-        app.state.db = database or Database.from_url(
-            settings.resolved_database_url,
-            pool_size=settings.db_pool_size,
-            pool_timeout=settings.db_pool_timeout,
-        )
+        app.state.db = database or Database.from_settings(settings)
         # Background jobs run in this process; unfinished work recorded in the database is re-queued.
         if getattr(app.state, "jobs", None) is None:
             app.state.jobs = JobRunner(JobContext(db=app.state.db, state=app.state))
@@ -127,9 +125,15 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             app.state.jobs, settings.integrations_refresh_interval_seconds
         )
         app.state.token_refresher.start()
+        # SIGTERM drains first: no new sessions, live calls get PARLEY_SHUTDOWN_GRACE_SECONDS to finish.
+        signal_drain = SignalDrain(lifecycle_of(app))
+        signal_drain.install()
+        instrument_engine(app, app.state.db.engine)
         try:
             yield
         finally:
+            signal_drain.uninstall()
+            shutdown_tracing(app)
             await app.state.token_refresher.stop()
             await app.state.session_sweeper.stop()
             await app.state.jobs.stop()
@@ -164,7 +168,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         "/api/inference/stt": 10 * 1024 * 1024 + 64 * 1024,
     }
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, per_path=upload_limits)
+    app.add_middleware(DrainMiddleware)
     app.add_middleware(RequestContextMiddleware)
+    install_tracing(app, settings)  # off unless PARLEY_OTEL_ENDPOINT is set (docs/observability.md)
     install_openapi(app, routers=ROUTERS, title=app.title, version="1.0.0", description=DESCRIPTION)
     return app
 

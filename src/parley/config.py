@@ -48,6 +48,33 @@ class Settings(BaseSettings):
     )
     db_pool_size: int = Field(default=20, ge=1, le=500)
     db_pool_timeout: float = Field(default=10.0, gt=0)
+    db_connect_timeout: float = Field(
+        default=5.0, gt=0, le=120, description="Seconds to open a PostgreSQL connection before giving up."
+    )
+    db_statement_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds one PostgreSQL statement may run (server and client side).",
+    )
+    db_busy_timeout: float = Field(
+        default=10.0, gt=0, le=600, description="SQLite: seconds a writer waits for the write lock."
+    )
+    db_pool_recycle: float = Field(
+        default=1800.0, gt=0, description="Seconds after which a pooled connection is replaced."
+    )
+    redis_url: str | None = None
+    shutdown_grace_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="On SIGTERM, seconds live calls may take to finish before they are ended (reason shutdown).",
+    )
+    otel_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP endpoint for traces (e.g. http://collector:4318/v1/traces); tracing is off without it.",
+    )
+    otel_service_name: str = "parley-platform"
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)

@@ -31,6 +31,7 @@ from parley.kit.jobs import runner_for
 from parley.runtime.state import ConversationState
 from parley.sessions import locks, service
 from parley.sessions.service import SessionEnded
+from parley.system.lifecycle import lifecycle_of
 from parley.voice import registry
 from parley.voice.engines.base import SttEngine, TtsEngine, Vad
 from parley.voice.engines.vad import WebRtcVad
@@ -53,6 +54,7 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_ENDED = 4409
 CLOSE_RATE_LIMITED = 4429
 CLOSE_UNAVAILABLE = 4503
+CLOSE_SERVICE_RESTART = 1012
 
 # Sessions with a voice connection in this process: a second connection to one is refused.
 _CONNECTED: set[str] = set()
@@ -231,6 +233,8 @@ class VoiceCall:
         self.end_as: tuple[str, str] | None = None
         # the close code and reason when the transport closes for a reason of its own (bad input)
         self.close_with: tuple[int, str] | None = None
+        self._stopped = asyncio.Event()
+        self.stop_reason: str | None = None
         settings = app.state.settings
         self.recorder: StereoRecorder | None = None
         if settings.voice_recording_max_seconds > 0:
@@ -257,6 +261,14 @@ class VoiceCall:
 
     async def start(self) -> None:
         """Once, before audio flows."""
+
+    def stop(self, reason: str) -> None:
+        """End the call from the server's side (shutdown): the turn in progress is still answered,
+        then the session ends as ``failed`` with ``reason`` and the connection closes with 1012."""
+        self.stop_reason = reason
+        self.end_as = ("failed", reason)
+        self.close_with = (CLOSE_SERVICE_RESTART, "The server is restarting.")
+        self._stopped.set()
 
     # --- helpers for transports --------------------------------------------------------------
 
@@ -321,8 +333,9 @@ class VoiceCall:
         receiver = asyncio.create_task(self.receive())
         feeder = asyncio.create_task(self._feed())
         sender = asyncio.create_task(self._send())
+        stopper = asyncio.create_task(self._stopped.wait())
         try:
-            await asyncio.wait({receiver, sender}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({receiver, sender, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             # The caller is gone (or the flow ended): answer what was said, then end the session.
             self.inbox.close()
@@ -330,11 +343,14 @@ class VoiceCall:
             await self.pipeline.finish_input()
             await self.pipeline.drain()
             await self.pipeline.aclose()
-            for task in (receiver, sender):
+            for task in (receiver, sender, stopper):
                 task.cancel()
-            await asyncio.gather(receiver, sender, return_exceptions=True)
+            await asyncio.gather(receiver, sender, stopper, return_exceptions=True)
             if not self.pipeline.ended:
                 await self._end_session()
+                if self.stop_reason is not None:  # tell the client why, before the close
+                    with contextlib.suppress(Exception):
+                        await self.send_event(EndFrame("failed", self.stop_reason))
 
     async def _end_session(self) -> None:
         if self.end_as is not None:
@@ -414,7 +430,13 @@ class VoiceCall:
         return filename
 
 
-async def converse(websocket: WebSocket, call: VoiceCall) -> None:
+def refuse_if_draining(app: Any) -> None:
+    """New voice connections are refused while the process shuts down (another one will answer)."""
+    if lifecycle_of(app).draining:
+        raise Refused(CLOSE_UNAVAILABLE, "The server is shutting down; connect again to reach another one.")
+
+
+async def converse(websocket: WebSocket, call: VoiceCall, transport: str = "websocket") -> None:
     """Run ``call`` on an accepted ``websocket``, close it, then complete the call record."""
     if call.session_id in _CONNECTED:
         if call.recorder is not None:
@@ -423,7 +445,7 @@ async def converse(websocket: WebSocket, call: VoiceCall) -> None:
         return
     _CONNECTED.add(call.session_id)
     try:
-        with contextlib.suppress(WebSocketDisconnect):
+        with lifecycle_of(call.app).track(call, transport), contextlib.suppress(WebSocketDisconnect):
             await call.run()
         if websocket.client_state == WebSocketState.CONNECTED:
             code, reason = call.close_with or (1000, "")
