@@ -34,6 +34,7 @@ from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
 from parley.llm.router import router as llm_router
 from parley.monitoring.router import router as monitoring_router
+from parley.notifications.router import router as notifications_router
 from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
 from parley.providers.router import router as providers_router
@@ -74,6 +75,7 @@ ROUTERS = (
     calls_router,
     monitoring_router,
     brain_router,
+    notifications_router,
     billing_router,
     reporting_router,
     inference_router,

@@ -11,6 +11,12 @@ from parley.flows.models import Flow, FlowVersion
 from parley.kit.db import Base
 from parley.knowledge.models import KnowledgeChunk, KnowledgeDocument
 from parley.llm.models import LLMUsage
+from parley.notifications.models import (
+    NotificationAttempt,
+    NotificationChannel,
+    NotificationDelivery,
+    NotificationRule,
+)
 from parley.organizations.models import Membership, Organization
 from parley.providers.models import ProviderConfig
 from parley.sessions.models import ConversationSession
@@ -33,6 +39,10 @@ __all__ = [
     "KnowledgeDocument",
     "LLMUsage",
     "Membership",
+    "NotificationAttempt",
+    "NotificationChannel",
+    "NotificationDelivery",
+    "NotificationRule",
     "Organization",
     "ProviderConfig",
     "Tool",
