@@ -572,6 +572,7 @@ async def test_channel(
     )
     result = await send(settings, channel, delivery)
     session.add(delivery)
+    await session.flush()  # the attempt row references it
     record_attempt(session, settings, delivery, result, now, retry=False)
     await session.flush()
     return delivery, result
