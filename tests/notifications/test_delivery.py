@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from typing import Any
+from uuid import uuid4
 
 from sqlalchemy import select, update
 
@@ -18,6 +19,11 @@ from parley.notifications.service import DELIVER_JOB
 from tests.calls.helpers import flow_signal, make_record
 from tests.notifications.conftest import Mailbox, Platform, PlatformFactory, Receiver
 from tests.notifications.helpers import create_channel, create_rule, email, verify_signature, webhook
+
+
+def unique(name: str) -> str:
+    """A receiver path of this test alone (the receiver is shared by the SQLite and PostgreSQL runs)."""
+    return f"/hook/flaky/{name}-{uuid4().hex[:8]}"
 
 
 async def record(platform: Platform, *signals: tuple[str, str], drain: bool = True) -> str:
@@ -46,9 +52,8 @@ async def deliveries(platform: Platform, **params: Any) -> list[dict[str, Any]]:
 async def test_matching_rules_deliver_the_signal(
     platform: Platform, receiver: Receiver, smtp_server: Mailbox
 ) -> None:
-    hook = await create_channel(
-        platform.client, platform.headers, webhook(f"{receiver.url}/hook/flaky/match")
-    )
+    path = unique("match")
+    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}{path}"))
     mail = await create_channel(platform.client, platform.headers, email(smtp_server))
     await create_rule(
         platform.client,
@@ -68,11 +73,11 @@ async def test_matching_rules_deliver_the_signal(
         channel_id=hook["id"],
         enabled=False,
     )
-    before_hook, before_mail = len(receiver.at("/hook/flaky/match")), len(smtp_server.messages)
+    before_hook, before_mail = len(receiver.at(path)), len(smtp_server.messages)
 
     call_id = await record(platform, ("callback_requested", "high"), ("vip_customer", "low"))
 
-    hooks = receiver.at("/hook/flaky/match")[before_hook:]
+    hooks = receiver.at(path)[before_hook:]
     assert len(hooks) == 1
     payload = json.loads(hooks[0].body)
     assert payload["event"] == "brain_signal.raised"
@@ -96,14 +101,13 @@ async def test_matching_rules_deliver_the_signal(
 
 
 async def test_a_transient_failure_is_retried_until_delivered(platform: Platform, receiver: Receiver) -> None:
-    receiver.fail_first["/hook/flaky/retry"] = 2
-    hook = await create_channel(
-        platform.client, platform.headers, webhook(f"{receiver.url}/hook/flaky/retry")
-    )
+    path = unique("retry")
+    receiver.fail_first[path] = 2
+    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}{path}"))
     await create_rule(platform.client, platform.headers, signal_type="*", channel_id=hook["id"])
     await record(platform, ("complaint", "medium"))
 
-    received = receiver.at("/hook/flaky/retry")
+    received = receiver.at(path)
     assert len(received) == 3
     assert len({r.headers["x-parley-delivery"] for r in received}) == 1  # one delivery, three attempts
     assert len({r.body for r in received}) == 1  # the same message every time
@@ -117,16 +121,15 @@ async def test_a_transient_failure_is_retried_until_delivered(platform: Platform
 async def test_retries_stop_after_the_last_attempt(
     make_platform: PlatformFactory, receiver: Receiver
 ) -> None:
+    path = unique("never")
     from tests.notifications.conftest import LOOPBACK
 
     platform = await make_platform(**{**LOOPBACK, "notification_max_attempts": 3})
-    receiver.fail_first["/hook/flaky/never"] = 100
-    hook = await create_channel(
-        platform.client, platform.headers, webhook(f"{receiver.url}/hook/flaky/never")
-    )
+    receiver.fail_first[path] = 100
+    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}{path}"))
     await create_rule(platform.client, platform.headers, signal_type="*", channel_id=hook["id"])
     await record(platform, ("complaint", "medium"))
-    assert len(receiver.at("/hook/flaky/never")) == 3
+    assert len(receiver.at(path)) == 3
     [delivery] = await deliveries(platform, channel_id=hook["id"])
     assert delivery["status"] == "failed" and delivery["attempts"] == 3
     assert "HTTP 500" in delivery["last_error"]
@@ -143,13 +146,12 @@ async def test_a_permanent_failure_is_not_retried(platform: Platform, receiver: 
 
 
 async def test_a_later_retry_waits_for_its_time(make_platform: PlatformFactory, receiver: Receiver) -> None:
+    path = unique("later")
     from tests.notifications.conftest import LOOPBACK
 
     platform = await make_platform(**{**LOOPBACK, "notification_retry_seconds": [3600.0]})
-    receiver.fail_first["/hook/flaky/later"] = 1
-    hook = await create_channel(
-        platform.client, platform.headers, webhook(f"{receiver.url}/hook/flaky/later")
-    )
+    receiver.fail_first[path] = 1
+    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}{path}"))
     await create_rule(platform.client, platform.headers, signal_type="*", channel_id=hook["id"])
     await record(platform, ("complaint", "medium"))
     [delivery] = await deliveries(platform, channel_id=hook["id"])
@@ -158,7 +160,7 @@ async def test_a_later_retry_waits_for_its_time(make_platform: PlatformFactory, 
     # Running the job before its time sends nothing; the restart recovery lists it.
     runner = runner_for(platform.app.state)
     await deliver(runner.context, {"delivery_id": delivery["id"]})
-    assert len(receiver.at("/hook/flaky/later")) == 1
+    assert len(receiver.at(path)) == 1
     async with platform.database.sessionmaker() as session:
         assert {"delivery_id": delivery["id"]} in await unfinished(session)
     # Once due, the job sends it.
@@ -175,7 +177,8 @@ async def test_a_later_retry_waits_for_its_time(make_platform: PlatformFactory, 
 
 
 async def test_a_delivery_job_is_idempotent(platform: Platform, receiver: Receiver) -> None:
-    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}/hook/flaky/once"))
+    path = unique("once")
+    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}{path}"))
     await create_rule(platform.client, platform.headers, signal_type="*", channel_id=hook["id"])
     await record(platform, ("complaint", "medium"), drain=False)
     runner = runner_for(platform.app.state)
@@ -184,15 +187,14 @@ async def test_a_delivery_job_is_idempotent(platform: Platform, receiver: Receiv
     runner.enqueue(DELIVER_JOB, {"delivery_id": pending["id"]})  # a duplicate, e.g. from recovery
     await runner.drain()
     await deliver(runner.context, {"delivery_id": pending["id"]})
-    assert len(receiver.at("/hook/flaky/once")) == 1
+    assert len(receiver.at(path)) == 1
     [done] = await deliveries(platform, channel_id=hook["id"])
     assert done["attempts"] == 1 and done["status"] == "delivered"
 
 
 async def test_a_claim_in_progress_is_left_alone(platform: Platform, receiver: Receiver) -> None:
-    hook = await create_channel(
-        platform.client, platform.headers, webhook(f"{receiver.url}/hook/flaky/claimed")
-    )
+    path = unique("claimed")
+    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}{path}"))
     await create_rule(platform.client, platform.headers, signal_type="*", channel_id=hook["id"])
     await record(platform, ("complaint", "medium"), drain=False)
     [pending] = await deliveries(platform, channel_id=hook["id"])
@@ -205,7 +207,7 @@ async def test_a_claim_in_progress_is_left_alone(platform: Platform, receiver: R
         await session.commit()
     runner = runner_for(platform.app.state)
     await runner.drain()
-    assert receiver.at("/hook/flaky/claimed") == []
+    assert receiver.at(path) == []
     async with platform.database.sessionmaker() as session:
         assert {"delivery_id": pending["id"]} not in await unfinished(session)
         # A claim by a worker that died long ago is recovered.
@@ -218,30 +220,30 @@ async def test_a_claim_in_progress_is_left_alone(platform: Platform, receiver: R
     async with platform.database.sessionmaker() as session:
         assert {"delivery_id": pending["id"]} in await unfinished(session)
     await deliver(runner.context, {"delivery_id": pending["id"]})
-    assert len(receiver.at("/hook/flaky/claimed")) == 1
+    assert len(receiver.at(path)) == 1
 
 
 async def test_throttle_sends_one_per_signal_type(platform: Platform, receiver: Receiver) -> None:
-    hook = await create_channel(
-        platform.client, platform.headers, webhook(f"{receiver.url}/hook/flaky/throttle")
-    )
+    path = unique("throttle")
+    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}{path}"))
     await create_rule(
         platform.client, platform.headers, signal_type="*", channel_id=hook["id"], throttle_minutes=30
     )
     await record(platform, ("complaint", "medium"), ("complaint", "high"))
     await record(platform, ("complaint", "medium"), ("order_not_found", "low"))
-    sent = [json.loads(r.body)["signal"]["type"] for r in receiver.at("/hook/flaky/throttle")]
+    sent = [json.loads(r.body)["signal"]["type"] for r in receiver.at(path)]
     assert sorted(sent) == ["complaint", "order_not_found"]
 
 
 async def test_disabled_or_deleted_channels_do_not_send(platform: Platform, receiver: Receiver) -> None:
-    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}/hook/flaky/off"))
+    path = unique("off")
+    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}{path}"))
     await create_rule(platform.client, platform.headers, signal_type="*", channel_id=hook["id"])
     await platform.client.patch(
         f"/api/notifications/channels/{hook['id']}", json={"enabled": False}, headers=platform.headers
     )
     await record(platform, ("complaint", "medium"))
-    assert receiver.at("/hook/flaky/off") == []
+    assert receiver.at(path) == []
     assert await deliveries(platform, channel_id=hook["id"]) == []
 
 

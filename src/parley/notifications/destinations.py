@@ -40,7 +40,7 @@ async def resolve(host: str, port: int) -> list[IPAddress]:
     try:
         async with asyncio.timeout(_RESOLVE_SECONDS):
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, TimeoutError, UnicodeError) as exc:
+    except (OSError, TimeoutError, UnicodeError, ValueError) as exc:
         raise DestinationRefused(f"{host} cannot be resolved; check the address.") from exc
     return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
 

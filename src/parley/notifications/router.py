@@ -191,7 +191,12 @@ _TEST_RESPONSES: dict[int | str, dict[str, object]] = {
 }
 
 
-@router.post("/test", summary="Test Notification", response_model=DeliveryOut, responses=_TEST_RESPONSES)
+@router.post(
+    "/test",
+    summary="Test Notification",
+    response_model=DeliveryOut,
+    responses={**documented(404), **_TEST_RESPONSES},
+)
 async def test_notification(
     request: Request,
     session: DbSession,

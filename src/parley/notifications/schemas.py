@@ -14,14 +14,21 @@ DeliveryStatus = Literal["pending", "sending", "retrying", "delivered", "failed"
 DeliveryKind = Literal["signal", "test"]
 AttemptOutcome = Literal["delivered", "transient", "permanent"]
 
-ChannelName = Annotated[str, Field(min_length=1, max_length=100, examples=["Ops webhook"])]
-Url = Annotated[str, Field(min_length=10, max_length=2000)]
+# Printable text: names end up in mail subjects and logs, and PostgreSQL refuses NUL characters.
+Label = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")]
+ChannelName = Annotated[
+    str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$", examples=["Ops webhook"])
+]
+Url = Annotated[str, Field(min_length=10, max_length=2000, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
 Secret = Annotated[str, Field(min_length=1, max_length=500)]
 # Deliberately plain: the address is checked by the mail server; we only refuse header injection.
 EmailAddress = Annotated[
     str,
     Field(
-        min_length=3, max_length=254, pattern=r"^[^@\s<>,;\"]+@[^@\s<>,;\"]+$", examples=["ops@example.com"]
+        min_length=3,
+        max_length=254,
+        pattern=r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]+@[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?$",
+        examples=["ops@example.com"],
     ),
 ]
 SignalTypePattern = Annotated[
@@ -68,7 +75,9 @@ class _ChannelFields(StrictModel):
         default=None, ge=1, le=65535, description="email: default 587, 465 for ssl."
     )
     smtp_security: SmtpSecurity | None = Field(default=None, description="email: default starttls.")
-    smtp_username: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    smtp_username: (
+        Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")] | None
+    ) = None
     smtp_password: Secret | None = Field(default=None, description="email: stored encrypted.")
     from_address: EmailAddress | None = None
     to: list[EmailAddress] | None = Field(default=None, min_length=1, max_length=20)
@@ -124,7 +133,7 @@ class ChannelOut(BaseModel):
 
 
 class RuleCreate(StrictModel):
-    name: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    name: Label | None = None
     signal_type: SignalTypePattern = Field(description="A brain signal type, or * for every type.")
     min_severity: Severity = Field(default="info", description="info < low < medium < high < critical.")
     channel_id: Annotated[str, Field(min_length=1, max_length=40)]
@@ -138,7 +147,7 @@ class RuleCreate(StrictModel):
 
 
 class RuleUpdate(StrictModel):
-    name: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    name: Label | None = None
     signal_type: SignalTypePattern | None = None
     min_severity: Severity | None = None
     channel_id: Annotated[str, Field(min_length=1, max_length=40)] | None = None

@@ -460,7 +460,13 @@ async def send(
 ) -> senders.SendResult:
     """One attempt at sending ``delivery`` through ``channel``; never raises for a delivery problem."""
     started = time.perf_counter()
-    result = await _send(settings, channel, delivery)
+    try:
+        result = await _send(settings, channel, delivery)
+    except Exception as exc:  # a bug must not lose the log row nor become a 500; the type is logged only
+        log.error(
+            "notification_send_error", delivery_id=delivery.id, error_type=type(exc).__name__, exc_info=exc
+        )
+        result = senders.SendResult("permanent", None, "The message could not be sent (an internal error).")
     return replace(result, duration_ms=round((time.perf_counter() - started) * 1000, 1))
 
 
