@@ -4,10 +4,12 @@ failures, throttling, idempotency and recovery."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import pytest
 from sqlalchemy import select, update
 
 from parley.calls.service import record_call
@@ -17,8 +19,10 @@ from parley.notifications.jobs import deliver, unfinished
 from parley.notifications.models import NotificationDelivery
 from parley.notifications.service import DELIVER_JOB
 from tests.calls.helpers import flow_signal, make_record
+from tests.live import serve_in_thread
 from tests.notifications.conftest import Mailbox, Platform, PlatformFactory, Receiver
 from tests.notifications.helpers import create_channel, create_rule, email, verify_signature, webhook
+from tests.stubs.openai import StubState, make_openai_stub
 
 
 def unique(name: str) -> str:
@@ -252,3 +256,42 @@ async def test_no_rules_no_deliveries(platform: Platform) -> None:
     assert await deliveries(platform) == []
     async with platform.database.sessionmaker() as session:
         assert (await session.scalars(select(NotificationDelivery.id))).all() == []
+
+
+@pytest.fixture(scope="module")
+def llm_stub() -> Iterator[str]:
+    with serve_in_thread(make_openai_stub(StubState(slow_seconds=2.0))) as url:
+        yield url
+
+
+async def test_a_signal_raised_by_the_sentiment_job_is_delivered(
+    platform: Platform, receiver: Receiver, llm_stub: str
+) -> None:
+    path = unique("sentiment")
+    configured = await platform.client.put(
+        "/api/providers/openai/config",
+        json={"api_key": "sk-test-stub-key", "base_url": f"{llm_stub}/v1", "model": "stub-model"},
+        headers=platform.headers,
+    )
+    assert configured.status_code == 200, configured.text
+    hook = await create_channel(platform.client, platform.headers, webhook(f"{receiver.url}{path}"))
+    await create_rule(
+        platform.client, platform.headers, signal_type="negative_sentiment", channel_id=hook["id"]
+    )
+    runner = runner_for(platform.app.state)
+    lines = [
+        ("agent", "Guten Tag?"),
+        ("caller", "Ich habe echt die Nase voll mit Ihnen."),
+        ("agent", "Verstehe."),
+    ]
+    async with platform.database.write_sessionmaker() as session:
+        await record_call(session, make_record(platform.org, lines=lines), jobs=runner)
+        await session.commit()
+        for callback in session.info.pop("after_commit", []):
+            await callback()
+    await runner.drain()  # the sentiment job raises the signal, then the delivery job sends it
+    [request] = receiver.at(path)
+    payload = json.loads(request.body)
+    assert payload["signal"]["type"] == "negative_sentiment"
+    assert payload["signal"]["details"]["method"] == "llm"
+    assert payload["signal"]["summary"] == "The caller is clearly upset."
