@@ -38,6 +38,7 @@ from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
 from parley.llm.router import router as llm_router
 from parley.monitoring.router import router as monitoring_router
+from parley.notifications.router import router as notifications_router
 from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
 from parley.playground.router import router as playground_router
@@ -85,6 +86,7 @@ ROUTERS = (
     monitoring_router,
     brain_router,
     channels_router,
+    notifications_router,
     billing_router,
     reporting_router,
     inference_router,

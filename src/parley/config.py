@@ -122,6 +122,16 @@ class Settings(BaseSettings):
     whatsapp_retry_seconds: float = Field(
         default=1.0, ge=0, le=60, description="First pause between tries; doubles each time."
     )
+    # Notifications: Slack webhooks may only go to these hosts; failed deliveries are retried after these
+    # delays (seconds, the last one repeats) until the attempts run out.
+    notification_slack_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["hooks.slack.com"]
+    )
+    notification_retry_seconds: Annotated[list[Annotated[float, Field(ge=0, le=86400)]], NoDecode] = Field(
+        default_factory=lambda: [30.0, 120.0, 600.0, 1800.0]
+    )
+    notification_max_attempts: int = Field(default=5, ge=1, le=20)
+    notification_timeout: float = Field(default=10.0, gt=0, le=120, description="Seconds one send may take.")
 
     telephony_sync_lease_seconds: float = Field(
         default=300.0,
@@ -146,7 +156,12 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "admin_subjects", "outbound_allowlist", "integrations_return_to_allowlist", mode="before"
+        "admin_subjects",
+        "outbound_allowlist",
+        "integrations_return_to_allowlist",
+        "notification_slack_hosts",
+        "notification_retry_seconds",
+        mode="before",
     )
     @classmethod
     def _csv(cls, value: object) -> object:
