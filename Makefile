@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck pytest clean
+.PHONY: run test lint typecheck pytest browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,21 @@ lint: $(STAMP_TEST)
 typecheck: $(STAMP_TEST)
 	$(BIN)/mypy
 
-pytest: $(STAMP_TEST)
+# The playground's browser tests drive Debian's Chromium through playwright (its own browser download is
+# not used). Installed here when missing and we are root with apt-get; otherwise the tests skip with a
+# reason, or fail when CI=true.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || [ -n "$$PARLEY_CHROMIUM" ]; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "Installing Debian's chromium for the browser tests"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	else \
+		echo "chromium is missing (apt-get install chromium as root); the browser tests will skip, or fail with CI=true"; \
+	fi
+
+pytest: $(STAMP_TEST) browser
 	$(BIN)/python -m pytest
 
 test: lint typecheck pytest

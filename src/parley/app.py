@@ -33,12 +33,15 @@ from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from parley.kit.ratelimit import limiter_from_settings
 from parley.kit.responses import JSONBytesResponse
+from parley.kit.tracing import install_tracing, instrument_engine, shutdown_tracing
 from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
 from parley.llm.router import router as llm_router
 from parley.monitoring.router import router as monitoring_router
+from parley.notifications.router import router as notifications_router
 from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
+from parley.playground.router import router as playground_router
 from parley.providers.router import router as providers_router
 from parley.reporting.router import router as reporting_router
 from parley.sessions.registry import registry_from_settings
@@ -46,6 +49,7 @@ from parley.sessions.router import monitoring_router as live_sessions_router
 from parley.sessions.router import router as sessions_router
 from parley.sessions.router import voice_router as session_voice_router
 from parley.sessions.tasks import IdleSweeper
+from parley.system.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of
 from parley.system.router import router as system_router
 from parley.telephony.router import admin_router as telephony_admin_router
 from parley.telephony.router import calls_router as outbound_calls_router
@@ -83,6 +87,7 @@ ROUTERS = (
     monitoring_router,
     brain_router,
     channels_router,
+    notifications_router,
     billing_router,
     reporting_router,
     inference_router,
@@ -92,6 +97,7 @@ ROUTERS = (
     outbound_calls_router,
     twilio_media_router,
     integrations_router,
+    playground_router,
 )
 
 
@@ -106,11 +112,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = database is None
-        app.state.db = database or Database.from_url(
-            settings.resolved_database_url,
-            pool_size=settings.db_pool_size,
-            pool_timeout=settings.db_pool_timeout,
-        )
+        app.state.db = database or Database.from_settings(settings)
         # Background jobs run in this process, or with PARLEY_REDIS_URL in `parley worker` processes;
         # unfinished work recorded in the database is re-queued.
         if getattr(app.state, "jobs", None) is None:
@@ -130,9 +132,15 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             app.state.jobs, settings.integrations_refresh_interval_seconds
         )
         app.state.token_refresher.start()
+        # SIGTERM drains first: no new sessions, live calls get PARLEY_SHUTDOWN_GRACE_SECONDS to finish.
+        signal_drain = SignalDrain(lifecycle_of(app))
+        signal_drain.install()
+        instrument_engine(app, app.state.db.engine)
         try:
             yield
         finally:
+            signal_drain.uninstall()
+            shutdown_tracing(app)
             await app.state.token_refresher.stop()
             await app.state.session_sweeper.stop()
             await app.state.jobs.stop()
@@ -169,7 +177,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         "/api/inference/stt": 10 * 1024 * 1024 + 64 * 1024,
     }
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, per_path=upload_limits)
+    app.add_middleware(DrainMiddleware)
     app.add_middleware(RequestContextMiddleware)
+    install_tracing(app, settings)  # off unless PARLEY_OTEL_ENDPOINT is set (docs/observability.md)
     install_openapi(app, routers=ROUTERS, title=app.title, version="1.0.0", description=DESCRIPTION)
     return app
 

@@ -84,6 +84,7 @@ def _run_platform(settings: Settings, host: str, port: int, workers: int) -> Non
     from parley.kit.logging import configure_logging
 
     configure_logging(settings.log_level, settings.log_json)
+    _prepare_metrics_dir()
     if workers > 1:
         os.environ["PARLEY_HOST"], os.environ["PARLEY_PORT"] = host, str(port)
         uvicorn.run(
@@ -99,6 +100,18 @@ def _run_platform(settings: Settings, host: str, port: int, workers: int) -> Non
     from parley.app import create_app
 
     uvicorn.run(create_app(settings), host=host, port=port, access_log=False, log_level="warning")
+
+
+def _prepare_metrics_dir() -> None:
+    """With PROMETHEUS_MULTIPROC_DIR (several workers), start from an empty directory: files left by an
+    earlier run would be added to this run's counters."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink(missing_ok=True)
 
 
 @app.command()

@@ -48,6 +48,32 @@ class Settings(BaseSettings):
     )
     db_pool_size: int = Field(default=20, ge=1, le=500)
     db_pool_timeout: float = Field(default=10.0, gt=0)
+    db_connect_timeout: float = Field(
+        default=5.0, gt=0, le=120, description="Seconds to open a PostgreSQL connection before giving up."
+    )
+    db_statement_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds one PostgreSQL statement may run (server and client side).",
+    )
+    db_busy_timeout: float = Field(
+        default=10.0, gt=0, le=600, description="SQLite: seconds a writer waits for the write lock."
+    )
+    db_pool_recycle: float = Field(
+        default=1800.0, gt=0, description="Seconds after which a pooled connection is replaced."
+    )
+    shutdown_grace_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="On SIGTERM, seconds live calls may take to finish before they are ended (reason shutdown).",
+    )
+    otel_endpoint: str | None = Field(
+        default=None,
+        description="OTLP/HTTP endpoint for traces (e.g. http://collector:4318/v1/traces); tracing is off without it.",
+    )
+    otel_service_name: str = "parley-platform"
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
@@ -95,6 +121,16 @@ class Settings(BaseSettings):
     whatsapp_retry_seconds: float = Field(
         default=1.0, ge=0, le=60, description="First pause between tries; doubles each time."
     )
+    # Notifications: Slack webhooks may only go to these hosts; failed deliveries are retried after these
+    # delays (seconds, the last one repeats) until the attempts run out.
+    notification_slack_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["hooks.slack.com"]
+    )
+    notification_retry_seconds: Annotated[list[Annotated[float, Field(ge=0, le=86400)]], NoDecode] = Field(
+        default_factory=lambda: [30.0, 120.0, 600.0, 1800.0]
+    )
+    notification_max_attempts: int = Field(default=5, ge=1, le=20)
+    notification_timeout: float = Field(default=10.0, gt=0, le=120, description="Seconds one send may take.")
 
     telephony_sync_lease_seconds: float = Field(
         default=300.0,
@@ -132,7 +168,12 @@ class Settings(BaseSettings):
     job_max_tries: int = Field(default=5, ge=1, le=50, description="Tries of a job failing transiently.")
 
     @field_validator(
-        "admin_subjects", "outbound_allowlist", "integrations_return_to_allowlist", mode="before"
+        "admin_subjects",
+        "outbound_allowlist",
+        "integrations_return_to_allowlist",
+        "notification_slack_hosts",
+        "notification_retry_seconds",
+        mode="before",
     )
     @classmethod
     def _csv(cls, value: object) -> object:

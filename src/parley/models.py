@@ -13,6 +13,12 @@ from parley.integrations.models import IntegrationClient, IntegrationConnection,
 from parley.kit.db import Base
 from parley.knowledge.models import KnowledgeChunk, KnowledgeDocument
 from parley.llm.models import LLMUsage
+from parley.notifications.models import (
+    NotificationAttempt,
+    NotificationChannel,
+    NotificationDelivery,
+    NotificationRule,
+)
 from parley.organizations.models import Membership, Organization
 from parley.providers.models import ProviderConfig
 from parley.sessions.models import ConversationSession
@@ -40,6 +46,10 @@ __all__ = [
     "KnowledgeDocument",
     "LLMUsage",
     "Membership",
+    "NotificationAttempt",
+    "NotificationChannel",
+    "NotificationDelivery",
+    "NotificationRule",
     "OAuthState",
     "Organization",
     "PhoneNumber",

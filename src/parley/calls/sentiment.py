@@ -30,11 +30,12 @@ from parley.calls.models import Call
 from parley.config import Settings
 from parley.kit.errors import ParleyError
 from parley.kit.ids import new_id
-from parley.kit.jobs import JobContext, Payload, registry
+from parley.kit.jobs import JobContext, Payload, registry, runner_for
 from parley.kit.tenancy import scoped
 from parley.llm.client import Completion
 from parley.llm.models import LLMUsage
 from parley.llm.service import ResolvedProvider, client_for
+from parley.notifications.service import notify_signals
 from parley.providers.catalog import OpenAIConfig
 from parley.providers.models import ProviderConfig
 from parley.providers.service import get_spec, load_config
@@ -204,6 +205,7 @@ async def classify_call(ctx: JobContext, payload: Payload) -> None:
     if verdict is None:
         log.warning("sentiment_llm_unparsable", call_id=call_id)
     async with ctx.db.write_sessionmaker() as session:
+        session.info["jobs"] = runner_for(ctx.state)  # notification deliveries for the new signal
         try:
             session.add(
                 LLMUsage(
@@ -224,6 +226,8 @@ async def classify_call(ctx: JobContext, payload: Payload) -> None:
             await session.rollback()
             log.warning("sentiment_store_failed", call_id=call_id, error_type=type(exc).__name__)
             return
+        for callback in session.info.pop("after_commit", []):
+            await callback()
     log.info(
         "sentiment_classified",
         call_id=call_id,
@@ -249,22 +253,23 @@ async def _raise_signal(session: AsyncSession, call_id: str, verdict: Verdict) -
         keyword_turns = existing.details.get("turns")
         existing.details = {**details, "keyword_turns": keyword_turns} if keyword_turns else details
     else:
-        session.add(
-            BrainSignal(
-                id=new_id("sig"),
-                organization_id=call.organization_id,
-                call_id=call.id,
-                flow_id=call.flow_id,
-                type=SIGNAL_TYPE,
-                severity=SIGNAL_SEVERITY,
-                status="open",
-                source="rule",
-                details=details,
-                occurred_at=call.ended_at,
-            )
+        raised = BrainSignal(
+            id=new_id("sig"),
+            organization_id=call.organization_id,
+            call_id=call.id,
+            flow_id=call.flow_id,
+            type=SIGNAL_TYPE,
+            severity=SIGNAL_SEVERITY,
+            status="open",
+            source="rule",
+            details=details,
+            occurred_at=call.ended_at,
         )
+        session.add(raised)
         call.has_signals = True
         call.signal_types = sorted({*call.signal_types, SIGNAL_TYPE})
+        await session.flush()
+        await notify_signals(session, [raised])
     await session.flush()
 
 

@@ -26,6 +26,7 @@ from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
+from parley.notifications.service import notify_signals
 
 log = structlog.get_logger("parley.calls")
 
@@ -129,19 +130,23 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
             occurred_at=at,
         )
 
-    for raised in record.signals:
-        session.add(
-            signal(
-                raised.type,
-                raised.severity,
-                raised.source,
-                raised.model_dump(mode="json")["details"],
-                _aware(raised.at),
-            )
+    signals = [
+        signal(
+            raised.type,
+            raised.severity,
+            raised.source,
+            raised.model_dump(mode="json")["details"],
+            _aware(raised.at),
         )
-    for rule, finding in findings:
-        session.add(signal(rule.type, rule.severity, "rule", to_jsonable_python(finding.details), ended))
+        for raised in record.signals
+    ]
+    signals += [
+        signal(rule.type, rule.severity, "rule", to_jsonable_python(finding.details), ended)
+        for rule, finding in findings
+    ]
+    session.add_all(signals)
     await session.flush()
+    await notify_signals(session, signals, jobs=jobs)  # matching notification rules queue deliveries
     if jobs is not None:
         await _queue_sentiment(session, jobs, call)
     log.info("call_recorded", call_id=call.id, signals=len(findings) + len(record.signals))

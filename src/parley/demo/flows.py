@@ -177,4 +177,9 @@ def order_status_flow(language: str = "de") -> dict[str, Any]:
     definition = copy.deepcopy(ORDER_STATUS_FLOW)
     definition["language"] = language
     definition["languages"] = [other for other in ("de", "en") if other != language]
+    if language == "en":  # an English agent listens and speaks English (PocketSphinx's own US model)
+        definition["voice"] = {
+            "stt": {"provider": "pocketsphinx", "model": "en-US"},
+            "tts": {"provider": "espeak", "voice": "en-us"},
+        }
     return definition

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 from sqlalchemy import DateTime, MetaData, String, event
@@ -18,6 +18,9 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
+
+if TYPE_CHECKING:
+    from parley.config import Settings
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -68,7 +71,7 @@ class OrgScopedMixin:
     organization_id: Mapped[str] = mapped_column(String(40), index=True, nullable=False)
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
+def _configure_sqlite(engine: AsyncEngine, busy_timeout: float) -> None:
     # pysqlite's own transaction handling breaks SAVEPOINT; let SQLAlchemy emit BEGIN itself.
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -77,7 +80,7 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=10000")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cursor.close()
 
     # Writing requests take the write lock up front (BEGIN IMMEDIATE): a deferred transaction that
@@ -87,10 +90,31 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'DEFERRED')}")
 
 
-def create_engine(url: str, *, pool_size: int = 20, pool_timeout: float = 10.0) -> AsyncEngine:
+@dataclass(frozen=True)
+class Timeouts:
+    """How long the database may take, so an outage fails fast (503) instead of hanging requests.
+
+    ``connect``: opening a PostgreSQL connection. ``statement``: one statement, enforced by the server
+    (``statement_timeout``) and, a little later, by the client (asyncpg's ``command_timeout``, which
+    also covers a server that stopped answering). ``busy``: on SQLite, how long a writer waits for
+    the write lock. ``recycle``: pooled connections older than this are replaced (load balancers and failovers drop
+    idle connections silently). Every checkout is pinged first (``pool_pre_ping``), so connections
+    broken by a database restart are replaced instead of failing the request.
+    """
+
+    connect: float = 5.0
+    statement: float = 30.0
+    busy: float = 10.0
+    recycle: float = 1800.0
+
+
+def create_engine(
+    url: str, *, pool_size: int = 20, pool_timeout: float = 10.0, timeouts: Timeouts | None = None
+) -> AsyncEngine:
+    timeouts = timeouts or Timeouts()
     if url.startswith("sqlite"):
         engine = create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_timeout=pool_timeout)
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, timeouts.busy)
         return engine
     return create_async_engine(
         url,
@@ -98,7 +122,12 @@ def create_engine(url: str, *, pool_size: int = 20, pool_timeout: float = 10.0) 
         max_overflow=pool_size // 2,
         pool_timeout=pool_timeout,
         pool_pre_ping=True,
-        connect_args={"timeout": 5, "command_timeout": 30},
+        pool_recycle=timeouts.recycle,
+        connect_args={
+            "timeout": timeouts.connect,
+            "command_timeout": timeouts.statement + 5,
+            "server_settings": {"statement_timeout": str(int(timeouts.statement * 1000))},
+        },
     )
 
 
@@ -109,13 +138,30 @@ class Database:
     write_sessionmaker: async_sessionmaker[AsyncSession]
 
     @classmethod
-    def from_url(cls, url: str, *, pool_size: int = 20, pool_timeout: float = 10.0) -> Database:
-        engine = create_engine(url, pool_size=pool_size, pool_timeout=pool_timeout)
+    def from_url(
+        cls, url: str, *, pool_size: int = 20, pool_timeout: float = 10.0, timeouts: Timeouts | None = None
+    ) -> Database:
+        engine = create_engine(url, pool_size=pool_size, pool_timeout=pool_timeout, timeouts=timeouts)
         writer = engine.execution_options(sqlite_begin="IMMEDIATE") if url.startswith("sqlite") else engine
         return cls(
             engine,
             async_sessionmaker(engine, expire_on_commit=False, autoflush=False),
             async_sessionmaker(writer, expire_on_commit=False, autoflush=False),
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Database:
+        """The database of ``settings``: pool size, pool wait and the time-outs (PARLEY_DB_*)."""
+        return cls.from_url(
+            settings.resolved_database_url,
+            pool_size=settings.db_pool_size,
+            pool_timeout=settings.db_pool_timeout,
+            timeouts=Timeouts(
+                connect=settings.db_connect_timeout,
+                statement=settings.db_statement_timeout,
+                busy=settings.db_busy_timeout,
+                recycle=settings.db_pool_recycle,
+            ),
         )
 
     async def dispose(self) -> None:

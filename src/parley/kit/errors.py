@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from parley.kit.metrics import DB_UNAVAILABLE
 from parley.kit.responses import JSONBytesResponse
 
 log = structlog.get_logger("parley.errors")
@@ -145,6 +146,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # Connection loss, a restarting server, SQLite's "database is locked": retryable, not a bug.
         cause = exc.orig if isinstance(exc, DBAPIError) else exc
         log.warning("database_unavailable", error_type=type(cause).__name__, path=request.url.path)
+        DB_UNAVAILABLE.labels(type(cause).__name__).inc()
         return error_response(
             503,
             "A backing service (the database or storage) is busy or unavailable; the request was not applied. Retry shortly.",
@@ -156,11 +158,39 @@ def install_error_handlers(app: FastAPI) -> None:
     for unavailable in (OperationalError, InterfaceError, PoolTimeout, ConnectionError, TimeoutError):
         app.add_exception_handler(unavailable, _database_unavailable)
 
-    @app.exception_handler(Exception)
+    @app.exception_handler(DBAPIError)
+    async def _database_error(request: Request, exc: DBAPIError) -> JSONBytesResponse:
+        # A connection lost mid-statement (the server restarted), a server that is starting or shutting
+        # down, a statement time-out: the database's state, not a bug in the request.
+        if is_unavailable(exc):
+            return await _database_unavailable(request, exc)
+        return await _unexpected(request, exc)
+
     async def _unexpected(request: Request, exc: Exception) -> JSONBytesResponse:
         # Logged with its type only: exception text may carry secrets or personal data.
         log.error("unhandled_error", error_type=type(exc).__name__, path=request.url.path, exc_info=exc)
         return error_response(500, "Internal server error. The request was not applied.", "internal_error")
+
+    app.add_exception_handler(Exception, _unexpected)
+
+
+# SQLSTATE classes of a database that is (temporarily) not serving: 08 connection exception,
+# 57 operator intervention (admin shutdown, cannot connect now, query canceled by statement_timeout),
+# 53 insufficient resources (too many connections), 40 transaction rollback (serialization, deadlock).
+_UNAVAILABLE_SQLSTATE_CLASSES = ("08", "57", "53", "40")
+
+
+def is_unavailable(exc: DBAPIError) -> bool:
+    """Whether a database error means "unavailable, retry" rather than a bug (see the classes above)."""
+    if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    if isinstance(sqlstate, str) and sqlstate[:2] in _UNAVAILABLE_SQLSTATE_CLASSES:
+        return True
+    cause = exc.orig.__cause__ if exc.orig is not None else None
+    return type(cause).__name__ in ("ConnectionDoesNotExistError", "ConnectionFailureError") or isinstance(
+        cause, OSError | TimeoutError
+    )
 
 
 def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:

@@ -1,4 +1,9 @@
-"""Structured JSON logs. Each line carries the request id; credentials and personal data are dropped."""
+"""Structured JSON logs; credentials and personal data are dropped.
+
+Each line written while serving a request carries its ``request_id`` (and ``session_id`` on a
+session's routes and audio socket), bound by ``RequestContextMiddleware`` through structlog's context
+variables; with tracing on (``parley.kit.tracing``) lines also carry ``trace_id`` and ``span_id``.
+"""
 
 from __future__ import annotations
 
@@ -34,11 +39,31 @@ def _redact(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> Muta
     return event
 
 
+def _trace_ids() -> Any:
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+
+    def add_trace_ids(
+        _logger: Any, _method: str, event: MutableMapping[str, Any]
+    ) -> MutableMapping[str, Any]:
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            event.setdefault("trace_id", format(context.trace_id, "032x"))
+            event.setdefault("span_id", format(context.span_id, "016x"))
+        return event
+
+    return add_trace_ids
+
+
 def configure_logging(level: str = "INFO", json: bool = True) -> None:
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+    trace_ids = _trace_ids()
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            *([trace_ids] if trace_ids is not None else []),
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             _redact,

@@ -16,6 +16,7 @@ from parley.kit.metrics import REQUEST_LATENCY, REQUESTS
 
 log = structlog.get_logger("parley.http")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_SESSION_PATH = re.compile(r"^/api/sessions/(ses_[A-Za-z0-9]{1,36})(?:/|$)")
 
 
 class _BodyTooLarge(StarletteHTTPException):
@@ -33,19 +34,31 @@ def _json_error(status: int, detail: str, code: str) -> tuple[Message, Message]:
 
 
 class RequestContextMiddleware:
-    """Gives every request an id (``X-Request-Id``), logs one line per request and counts it."""
+    """Gives every request an id (``X-Request-Id``), logs one line per request and counts it.
+
+    The id (and, on ``/api/sessions/{id}...`` paths, the session id) is bound to the logging context,
+    so every log line written while serving the request or the WebSocket carries it.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         request_id = incoming if _REQUEST_ID.match(incoming) else new_id("req")
         scope.setdefault("state", {})["request_id"] = request_id
-        structlog.contextvars.bind_contextvars(request_id=request_id)
+        context: dict[str, str] = {"request_id": request_id}
+        session = _SESSION_PATH.match(scope["path"])
+        if session is not None:
+            context["session_id"] = session.group(1)
+        if scope["type"] == "websocket":
+            with structlog.contextvars.bound_contextvars(**context):
+                await self.app(scope, receive, send)
+            return
+        structlog.contextvars.bind_contextvars(**context)
         started = time.perf_counter()
         status_holder = [500]
 
@@ -71,7 +84,7 @@ class RequestContextMiddleware:
                     status=status_holder[0],
                     duration_ms=round(elapsed * 1000, 2),
                 )
-            structlog.contextvars.unbind_contextvars("request_id")
+            structlog.contextvars.unbind_contextvars(*context)
 
 
 class BodySizeLimitMiddleware:

@@ -36,6 +36,7 @@ from parley.flows.definition import (
 )
 from parley.flows.expressions import ExpressionError, evaluate
 from parley.flows.templates import TemplateRenderError, render_template
+from parley.kit.metrics import observe_turn
 from parley.runtime.ports import (
     KnowledgeError,
     KnowledgePort,
@@ -234,6 +235,14 @@ class FlowEngine:
                 )
             )
         if said or result.events:
+            observe_turn(
+                {
+                    "engine_ms": result.engine_ms,
+                    "tool_ms": result.tool_ms or None,
+                    "llm_first_token_ms": result.llm_first_token_ms,
+                    "llm_total_ms": result.llm_ms or None,
+                }
+            )
             state.metrics.append(
                 TurnMetrics(
                     turn_index=len(state.metrics),

@@ -27,6 +27,7 @@ from parley.config import Settings
 from parley.flows.templates import TemplateRenderError, render_template
 from parley.kit.crypto import SecretBox, SecretDecryptionError
 from parley.kit.errors import UpstreamError
+from parley.kit.metrics import observe_tool_call
 from parley.kit.outbound import OutboundPolicy, explain, guarded_client, read_limited
 from parley.tools.models import Tool
 from parley.tools.schemas import (
@@ -155,6 +156,7 @@ async def execute_tool(
     except _Refused as exc:
         result = ToolResult("error", error=str(exc))
     result.latency_ms = round((time.perf_counter() - started) * 1000, 2)
+    observe_tool_call(tool.type, result.status, result.latency_ms)
     return result
 
 

@@ -32,6 +32,7 @@ from parley.runtime.state import ConversationState
 from parley.sessions import locks, service
 from parley.sessions.registry import ControlMessage, registry_for
 from parley.sessions.service import SessionEnded
+from parley.system.lifecycle import lifecycle_of
 from parley.voice import registry
 from parley.voice.engines.base import SttEngine, TtsEngine, Vad
 from parley.voice.engines.vad import WebRtcVad
@@ -54,6 +55,7 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_ENDED = 4409
 CLOSE_RATE_LIMITED = 4429
 CLOSE_UNAVAILABLE = 4503
+CLOSE_SERVICE_RESTART = 1012
 
 # Sessions with a voice connection in this process: a second connection to one is refused.
 _CONNECTED: set[str] = set()
@@ -234,6 +236,8 @@ class VoiceCall:
         self.close_with: tuple[int, str] | None = None
         # spoken output switched off live (POST /api/sessions/{id}/voice, from any process)
         self.muted = False
+        self._stopped = asyncio.Event()
+        self.stop_reason: str | None = None
         settings = app.state.settings
         self.recorder: StereoRecorder | None = None
         if settings.voice_recording_max_seconds > 0:
@@ -274,6 +278,14 @@ class VoiceCall:
             self.muted = not message.get("voiced", True)
             if self.muted and self.pipeline.agent_speaking:
                 self.pipeline.interrupt()
+
+    def stop(self, reason: str) -> None:
+        """End the call from the server's side (shutdown): the turn in progress is still answered,
+        then the session ends as ``failed`` with ``reason`` and the connection closes with 1012."""
+        self.stop_reason = reason
+        self.end_as = ("failed", reason)
+        self.close_with = (CLOSE_SERVICE_RESTART, "The server is restarting.")
+        self._stopped.set()
 
     # --- helpers for transports --------------------------------------------------------------
 
@@ -342,8 +354,9 @@ class VoiceCall:
         receiver = asyncio.create_task(self.receive())
         feeder = asyncio.create_task(self._feed())
         sender = asyncio.create_task(self._send())
+        stopper = asyncio.create_task(self._stopped.wait())
         try:
-            await asyncio.wait({receiver, sender}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({receiver, sender, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             await live.release(self.session_id, self.on_control)
             # The caller is gone (or the flow ended): answer what was said, then end the session.
@@ -352,11 +365,14 @@ class VoiceCall:
             await self.pipeline.finish_input()
             await self.pipeline.drain()
             await self.pipeline.aclose()
-            for task in (receiver, sender):
+            for task in (receiver, sender, stopper):
                 task.cancel()
-            await asyncio.gather(receiver, sender, return_exceptions=True)
+            await asyncio.gather(receiver, sender, stopper, return_exceptions=True)
             if not self.pipeline.ended:
                 await self._end_session()
+                if self.stop_reason is not None:  # tell the client why, before the close
+                    with contextlib.suppress(Exception):
+                        await self.send_event(EndFrame("failed", self.stop_reason))
 
     async def _end_session(self) -> None:
         if self.end_as is not None:
@@ -436,7 +452,13 @@ class VoiceCall:
         return filename
 
 
-async def converse(websocket: WebSocket, call: VoiceCall) -> None:
+def refuse_if_draining(app: Any) -> None:
+    """New voice connections are refused while the process shuts down (another one will answer)."""
+    if lifecycle_of(app).draining:
+        raise Refused(CLOSE_UNAVAILABLE, "The server is shutting down; connect again to reach another one.")
+
+
+async def converse(websocket: WebSocket, call: VoiceCall, transport: str = "websocket") -> None:
     """Run ``call`` on an accepted ``websocket``, close it, then complete the call record."""
     if call.session_id in _CONNECTED:
         if call.recorder is not None:
@@ -445,7 +467,7 @@ async def converse(websocket: WebSocket, call: VoiceCall) -> None:
         return
     _CONNECTED.add(call.session_id)
     try:
-        with contextlib.suppress(WebSocketDisconnect):
+        with lifecycle_of(call.app).track(call, transport), contextlib.suppress(WebSocketDisconnect):
             await call.run()
         if websocket.client_state == WebSocketState.CONNECTED:
             code, reason = call.close_with or (1000, "")

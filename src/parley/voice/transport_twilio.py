@@ -29,7 +29,15 @@ from parley.kit.errors import ParleyError
 from parley.organizations.models import Role
 from parley.voice.audio import Resampler, mulaw_to_pcm16, pcm16_to_mulaw
 from parley.voice.pipeline.frames import AgentSpoken, EndFrame, ErrorFrame, Frame, WarningFrame
-from parley.voice.session_call import SAMPLE_RATE, Opened, Refused, VoiceCall, converse, open_voiced
+from parley.voice.session_call import (
+    SAMPLE_RATE,
+    Opened,
+    Refused,
+    VoiceCall,
+    converse,
+    open_voiced,
+    refuse_if_draining,
+)
 
 log = structlog.get_logger("parley.voice.twilio")
 
@@ -287,6 +295,7 @@ async def twilio_media_stream(websocket: WebSocket) -> None:
     """A Twilio Media Stream (μ-law 8 kHz, base64 JSON messages) talking to a session."""
     await websocket.accept()
     try:
+        refuse_if_draining(websocket.app)
         start = await _await_start(websocket)
         if start is None:
             return
@@ -294,4 +303,4 @@ async def twilio_media_stream(websocket: WebSocket) -> None:
     except Refused as refused:
         await websocket.close(code=refused.code, reason=refused.reason[:120])
         return
-    await converse(websocket, _TwilioCall(websocket, opened, start))
+    await converse(websocket, _TwilioCall(websocket, opened, start), transport="twilio")

@@ -51,6 +51,7 @@ from parley.voice.session_call import (
     converse,
     open_voiced,
     phrases_for,
+    refuse_if_draining,
 )
 
 # The names other modules (benchmarks, embedders) have imported from here.
@@ -228,6 +229,7 @@ async def session_audio_socket(websocket: WebSocket, sessionId: str) -> None:
     """Talk to a session: PCM16 mono 16 kHz audio in and out, JSON events (docs/voice.md)."""
     await websocket.accept()
     try:
+        refuse_if_draining(websocket.app)
         opened = await _open(websocket, sessionId[:40])
     except Refused as refused:
         await websocket.close(code=refused.code, reason=refused.reason[:120])

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from parley.kit.metrics import observe_turn
 from parley.runtime.engine import AgentEvent, TurnResult
 from parley.voice.engines.base import SttEngine, SttStream, TtsEngine, Vad
 from parley.voice.engines.vad import SpeechSegmenter
@@ -294,6 +295,14 @@ class VoicePipeline:
                 raise
         self.timings.append(metrics)
         self._emit(MetricsFrame(metrics.turn, metrics.as_dict()))
+        # The engine stages are counted by the runtime; the voice stages are this pipeline's.
+        observe_turn(
+            {
+                "stt_final_ms": metrics.stt_final_ms,
+                "tts_first_byte_ms": metrics.tts_first_byte_ms,
+                "voice_to_voice_ms": metrics.voice_to_voice_ms,
+            }
+        )
         if reply.ended:
             self.ended = True
             self._emit(EndFrame(reply.outcome, reply.reason))

@@ -1,0 +1,1 @@
+"""Notifications: channels (webhook, email, Slack), rules from brain signals to channels, delivery."""

@@ -1,0 +1,634 @@
+"""Notification rules: channels checked against the SSRF guard when saved, secrets encrypted and bound
+to their row, rules matched against brain signals, and one delivery attempt recorded at a time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+from fastapi.exceptions import RequestValidationError
+from sqlalchemy import Select, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.auth.principal import OrgContext
+from parley.brain.models import BrainSignal
+from parley.config import Settings
+from parley.kit.crypto import SecretBox, SecretDecryptionError, mask
+from parley.kit.db import after_commit, utcnow
+from parley.kit.errors import Conflict
+from parley.kit.ids import new_id
+from parley.kit.jobs import JobQueue
+from parley.kit.outbound import OutboundPolicy
+from parley.kit.tenancy import get_owned, scoped
+from parley.notifications import senders
+from parley.notifications.destinations import DestinationRefused, check_host, check_url
+from parley.notifications.messages import render, signal_facts, test_facts
+from parley.notifications.models import (
+    NotificationAttempt,
+    NotificationChannel,
+    NotificationDelivery,
+    NotificationRule,
+)
+from parley.notifications.schemas import (
+    FIELDS,
+    REQUIRED,
+    SECRET_FIELDS,
+    AttemptOut,
+    ChannelCreate,
+    ChannelOut,
+    ChannelUpdate,
+    DeliveryOut,
+    RuleCreate,
+    RuleUpdate,
+    channel_payload,
+)
+
+log = structlog.get_logger("parley.notifications")
+
+DELIVER_JOB = "notifications.deliver"
+SEVERITY_RANK = {"info": 0, "low": 1, "medium": 2, "high": 3, "critical": 4}
+DEFAULT_PORTS = {"starttls": 587, "ssl": 465, "none": 25}
+FINAL = frozenset({"delivered", "failed"})
+
+
+def _invalid(field: str, message: str, kind: str = "value_error") -> RequestValidationError:
+    return RequestValidationError([{"type": kind, "loc": ("body", field), "msg": message, "input": None}])
+
+
+def policy_of(settings: Settings) -> OutboundPolicy:
+    return OutboundPolicy.from_entries(settings.outbound_allowlist)
+
+
+# --- channels ----------------------------------------------------------------------------------
+
+
+def secret_binding(channel_id: str, name: str) -> str:
+    return f"notification_channels:{channel_id}:{name}"
+
+
+def to_channel_out(channel: NotificationChannel) -> ChannelOut:
+    hints = channel.secret_hints or {}
+    return ChannelOut(
+        id=channel.id,
+        name=channel.name,
+        type=channel.type,
+        enabled=channel.enabled,
+        created_at=channel.created_at,
+        updated_at=channel.updated_at,
+        **{k: v for k, v in (channel.config or {}).items() if k in FIELDS[channel.type]},
+        **{k: v for k, v in hints.items() if k in FIELDS[channel.type]},
+    )
+
+
+def slack_host_allowed(settings: Settings, url: str) -> bool:
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower().rstrip(".")
+    allowed = {h.lower().rstrip(".") for h in settings.notification_slack_hosts}
+    if host not in allowed:
+        return False
+    # Plain http only where the operator allow-listed the host for outbound calls (local receivers).
+    if parts.scheme != "https":
+        policy = policy_of(settings)
+        return host in policy.allowed_hosts or any(
+            _is_address_in(host, network) for network in policy.allowed_networks
+        )
+    return True
+
+
+def _is_address_in(host: str, network: Any) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host) in network
+    except ValueError:
+        return False
+
+
+async def _check_destinations(
+    settings: Settings, channel_type: str, values: dict[str, Any], changed: set[str]
+) -> None:
+    """The SSRF guard at save time, for the fields that changed (422 naming the field)."""
+    policy = policy_of(settings)
+    try:
+        if channel_type == "webhook" and "url" in changed:
+            await check_url(policy, values["url"])
+        elif channel_type == "slack" and "webhook_url" in changed:
+            if not slack_host_allowed(settings, values["webhook_url"]):
+                hosts = ", ".join(settings.notification_slack_hosts) or "none"
+                raise _invalid(
+                    "webhook_url",
+                    f"A Slack webhook URL must be an https URL on one of these hosts: {hosts} "
+                    "(PARLEY_NOTIFICATION_SLACK_HOSTS).",
+                )
+            await check_url(policy, values["webhook_url"])
+        elif channel_type == "email" and changed & {"smtp_host", "smtp_port", "smtp_security"}:
+            await check_host(policy, values["smtp_host"], int(values["smtp_port"]))
+    except DestinationRefused as exc:
+        field = {"webhook": "url", "slack": "webhook_url", "email": "smtp_host"}[channel_type]
+        raise _invalid(field, str(exc), "destination_refused") from exc
+
+
+def _split(settings: Settings, channel: NotificationChannel, values: dict[str, Any]) -> None:
+    """Store ``values`` on the channel: secrets sealed with hints, the rest as plain config."""
+    box = SecretBox(settings.secret_key_bytes())
+    config = dict(channel.config or {})
+    sealed = dict(channel.secrets or {})
+    hints = dict(channel.secret_hints or {})
+    for name, value in values.items():
+        if name in SECRET_FIELDS:
+            if value is None:
+                sealed.pop(name, None)
+                hints.pop(name, None)
+            else:
+                sealed[name] = box.encrypt(value, bound_to=secret_binding(channel.id, name))
+                hints[name] = mask(value)
+        elif value is None:
+            config.pop(name, None)
+        else:
+            config[name] = value
+    channel.config, channel.secrets, channel.secret_hints = config, sealed, hints
+
+
+def _email_defaults(values: dict[str, Any]) -> None:
+    values.setdefault("smtp_security", "starttls")
+    if values.get("smtp_port") is None:
+        values["smtp_port"] = DEFAULT_PORTS[values["smtp_security"]]
+
+
+async def _name_taken(session: AsyncSession, organization_id: str, name: str, except_id: str | None) -> bool:
+    stmt = select(NotificationChannel.id).where(
+        NotificationChannel.organization_id == organization_id, NotificationChannel.name == name
+    )
+    if except_id:
+        stmt = stmt.where(NotificationChannel.id != except_id)
+    return await session.scalar(stmt) is not None
+
+
+def _name_conflict(name: str) -> Conflict:
+    return Conflict(f"A notification channel called {name!r} already exists in this organization.")
+
+
+async def get_channel(session: AsyncSession, organization_id: str, channel_id: str) -> NotificationChannel:
+    return await get_owned(session, NotificationChannel, channel_id, organization_id, "Notification channel")
+
+
+async def create_channel(
+    session: AsyncSession, settings: Settings, context: OrgContext, data: ChannelCreate
+) -> NotificationChannel:
+    values = channel_payload(data)
+    if data.type == "email":
+        _email_defaults(values)
+    await _check_destinations(settings, data.type, values, set(values))
+    if await _name_taken(session, context.organization_id, data.name, None):
+        raise _name_conflict(data.name)
+    channel = NotificationChannel(
+        id=new_id("nch"),
+        organization_id=context.organization_id,
+        name=data.name,
+        type=data.type,
+        enabled=data.enabled,
+        config={},
+        secrets={},
+        secret_hints={},
+        created_by=context.actor_user_id,
+    )
+    _split(settings, channel, values)
+    session.add(channel)
+    await session.flush()
+    return channel
+
+
+async def update_channel(
+    session: AsyncSession, settings: Settings, organization_id: str, channel_id: str, data: ChannelUpdate
+) -> NotificationChannel:
+    channel = await get_channel(session, organization_id, channel_id)
+    changes = channel_payload(data)
+    foreign = sorted(set(changes) - FIELDS[channel.type])
+    if foreign:
+        raise _invalid(foreign[0], f"does not apply to a {channel.type} channel")
+    for name, value in changes.items():
+        if value is None and name in REQUIRED[channel.type]:
+            raise _invalid(name, f"a {channel.type} channel needs {name}; it cannot be removed")
+    current = {**(channel.config or {}), **{k: True for k in channel.secrets or {}}}
+    values = {**current, **changes}
+    if channel.type == "email":
+        if "smtp_port" in changes and changes["smtp_port"] is None:
+            values.pop("smtp_port")
+        _email_defaults(values)
+        changes["smtp_port"] = values["smtp_port"]
+        changes.setdefault("smtp_security", values["smtp_security"])
+    changed = {k for k, v in changes.items() if current.get(k) != v or k in SECRET_FIELDS}
+    await _check_destinations(settings, channel.type, values, changed)
+    if data.name is not None and data.name != channel.name:
+        if await _name_taken(session, organization_id, data.name, channel.id):
+            raise _name_conflict(data.name)
+        channel.name = data.name
+    if data.enabled is not None:
+        channel.enabled = data.enabled
+    _split(settings, channel, changes)
+    channel.updated_at = utcnow()
+    await session.flush()
+    return channel
+
+
+async def delete_channel(session: AsyncSession, organization_id: str, channel_id: str) -> NotificationChannel:
+    channel = await get_channel(session, organization_id, channel_id)
+    users = list(
+        await session.scalars(
+            select(NotificationRule.id).where(
+                NotificationRule.organization_id == organization_id, NotificationRule.channel_id == channel.id
+            )
+        )
+    )
+    if users:
+        raise Conflict(
+            f"The channel is used by notification rule {users[0]!r}"
+            + (f" and {len(users) - 1} more" if len(users) > 1 else "")
+            + "; delete those rules or point them at another channel first."
+        )
+    await session.delete(channel)
+    await session.flush()
+    return channel
+
+
+def channels_query(organization_id: str, channel_type: str | None) -> Select[NotificationChannel]:
+    stmt = scoped(NotificationChannel, organization_id)
+    if channel_type:
+        stmt = stmt.where(NotificationChannel.type == channel_type)
+    return stmt
+
+
+# --- rules -------------------------------------------------------------------------------------
+
+
+async def get_rule(session: AsyncSession, organization_id: str, rule_id: str) -> NotificationRule:
+    return await get_owned(session, NotificationRule, rule_id, organization_id, "Notification rule")
+
+
+async def _require_channel(session: AsyncSession, organization_id: str, channel_id: str) -> None:
+    found = await session.scalar(
+        scoped(NotificationChannel, organization_id).where(NotificationChannel.id == channel_id)
+    )
+    if found is None:
+        raise _invalid(
+            "channel_id", f"Notification channel {channel_id!r} was not found in this organization."
+        )
+
+
+async def create_rule(session: AsyncSession, context: OrgContext, data: RuleCreate) -> NotificationRule:
+    await _require_channel(session, context.organization_id, data.channel_id)
+    rule = NotificationRule(
+        id=new_id("nrl"),
+        organization_id=context.organization_id,
+        name=data.name,
+        signal_type=data.signal_type,
+        min_severity=data.min_severity,
+        channel_id=data.channel_id,
+        enabled=data.enabled,
+        throttle_minutes=data.throttle_minutes or None,
+        created_by=context.actor_user_id,
+    )
+    session.add(rule)
+    await session.flush()
+    return rule
+
+
+async def update_rule(
+    session: AsyncSession, organization_id: str, rule_id: str, data: RuleUpdate
+) -> NotificationRule:
+    rule = await get_rule(session, organization_id, rule_id)
+    changes = data.model_dump(exclude_unset=True)
+    for name in ("signal_type", "min_severity", "channel_id", "enabled"):
+        if name in changes and changes[name] is None:
+            raise _invalid(name, "cannot be null")
+    if "channel_id" in changes and changes["channel_id"] != rule.channel_id:
+        await _require_channel(session, organization_id, changes["channel_id"])
+    if "throttle_minutes" in changes:
+        changes["throttle_minutes"] = changes["throttle_minutes"] or None
+    for name, value in changes.items():
+        setattr(rule, name, value)
+    rule.updated_at = utcnow()
+    await session.flush()
+    return rule
+
+
+async def delete_rule(session: AsyncSession, organization_id: str, rule_id: str) -> NotificationRule:
+    rule = await get_rule(session, organization_id, rule_id)
+    await session.delete(rule)
+    await session.flush()
+    return rule
+
+
+def rule_matches(rule: NotificationRule, signal: BrainSignal) -> bool:
+    if rule.signal_type not in ("*", signal.type):
+        return False
+    return SEVERITY_RANK.get(signal.severity, 0) >= SEVERITY_RANK.get(rule.min_severity, 0)
+
+
+# --- the hook: brain signals → deliveries -------------------------------------------------------
+
+
+async def _throttled(session: AsyncSession, rule: NotificationRule, signal_type: str, now: datetime) -> bool:
+    if not rule.throttle_minutes:
+        return False
+    since = now - timedelta(minutes=rule.throttle_minutes)
+    recent = await session.scalar(
+        select(NotificationDelivery.id)
+        .where(
+            NotificationDelivery.organization_id == rule.organization_id,
+            NotificationDelivery.rule_id == rule.id,
+            NotificationDelivery.signal_type == signal_type,
+            NotificationDelivery.created_at >= since,
+        )
+        .limit(1)
+    )
+    return recent is not None
+
+
+async def notify_signals(
+    session: AsyncSession, signals: Sequence[BrainSignal], *, jobs: JobQueue | None = None
+) -> list[str]:
+    """Create a pending delivery for every enabled rule a new signal matches; queue them after commit.
+
+    Runs inside the transaction that stores the signals and only flushes, so a delivery exists exactly
+    when its signal does; the sending happens in ``notifications.deliver`` jobs. Returns the delivery ids.
+    """
+    if not signals:
+        return []
+    now = utcnow()
+    created: list[str] = []
+    fired: set[tuple[str, str]] = set()
+    for organization_id in sorted({s.organization_id for s in signals}):
+        rows = (
+            await session.execute(
+                select(NotificationRule, NotificationChannel)
+                .join(NotificationChannel, NotificationChannel.id == NotificationRule.channel_id)
+                .where(
+                    NotificationRule.organization_id == organization_id,
+                    NotificationChannel.organization_id == organization_id,
+                    NotificationRule.enabled.is_(True),
+                    NotificationChannel.enabled.is_(True),
+                )
+                .order_by(NotificationRule.id)
+            )
+        ).all()
+        for signal in (s for s in signals if s.organization_id == organization_id):
+            for rule, channel in rows:
+                if not rule_matches(rule, signal):
+                    continue
+                key = (rule.id, signal.type)
+                if rule.throttle_minutes and (
+                    key in fired or await _throttled(session, rule, signal.type, now)
+                ):
+                    log.info("notification_throttled", rule_id=rule.id, signal_id=signal.id)
+                    continue
+                fired.add(key)
+                delivery = NotificationDelivery(
+                    id=new_id("ndl"),
+                    organization_id=organization_id,
+                    kind="signal",
+                    channel_id=channel.id,
+                    channel_type=channel.type,
+                    channel_name=channel.name,
+                    rule_id=rule.id,
+                    signal_id=signal.id,
+                    signal_type=signal.type,
+                    severity=signal.severity,
+                    status="pending",
+                    attempts=0,
+                    payload=signal_facts(signal),
+                    created_at=now,
+                    updated_at=now,
+                )
+                session.add(delivery)
+                created.append(delivery.id)
+    if not created:
+        return created
+    await session.flush()
+    runner: JobQueue | None = jobs or session.info.get("jobs")
+    if runner is None:
+        # Still safe: pending deliveries are picked up by the job recovery at the next start.
+        log.warning("notifications_not_queued", deliveries=len(created))
+        return created
+
+    from parley.notifications import jobs as _registers_the_handler  # noqa: F401
+
+    async def enqueue() -> None:
+        for delivery_id in created:
+            await runner.submit(DELIVER_JOB, {"delivery_id": delivery_id})
+
+    after_commit(session, enqueue)
+    return created
+
+
+# --- sending -----------------------------------------------------------------------------------
+
+
+def _target(settings: Settings, channel: NotificationChannel) -> senders.Target:
+    box = SecretBox(settings.secret_key_bytes())
+    secrets = {
+        name: box.decrypt(token, bound_to=secret_binding(channel.id, name))
+        for name, token in (channel.secrets or {}).items()
+    }
+    config = channel.config or {}
+    if channel.type == "webhook":
+        return senders.WebhookTarget(url=config["url"], secret=secrets.get("secret"))
+    if channel.type == "slack":
+        return senders.SlackTarget(webhook_url=secrets["webhook_url"])
+    return senders.EmailTarget(
+        host=config["smtp_host"],
+        port=int(config["smtp_port"]),
+        security=config.get("smtp_security", "starttls"),
+        username=config.get("smtp_username"),
+        password=secrets.get("smtp_password"),
+        from_address=config["from_address"],
+        to=list(config["to"]),
+    )
+
+
+def _local_hostname(settings: Settings) -> str:
+    return urlsplit(settings.base_url).hostname or "localhost"
+
+
+async def send(
+    settings: Settings, channel: NotificationChannel, delivery: NotificationDelivery
+) -> senders.SendResult:
+    """One attempt at sending ``delivery`` through ``channel``; never raises for a delivery problem."""
+    started = time.perf_counter()
+    try:
+        result = await _send(settings, channel, delivery)
+    except Exception as exc:  # a bug must not lose the log row nor become a 500; the type is logged only
+        log.error(
+            "notification_send_error", delivery_id=delivery.id, error_type=type(exc).__name__, exc_info=exc
+        )
+        result = senders.SendResult("permanent", None, "The message could not be sent (an internal error).")
+    return replace(result, duration_ms=round((time.perf_counter() - started) * 1000, 1))
+
+
+async def _send(
+    settings: Settings, channel: NotificationChannel, delivery: NotificationDelivery
+) -> senders.SendResult:
+    try:
+        target = _target(settings, channel)
+    except (SecretDecryptionError, KeyError):
+        return senders.SendResult(
+            "permanent", None, "The channel's settings cannot be read; save its secrets again."
+        )
+    rendered = render(delivery.payload, delivery.id, delivery.created_at, settings.base_url)
+    policy = policy_of(settings)
+    timeout = settings.notification_timeout
+    if isinstance(target, senders.WebhookTarget):
+        return await senders.send_webhook(
+            policy,
+            target,
+            rendered.payload,
+            delivery_id=delivery.id,
+            event=rendered.payload["event"],
+            seconds=timeout,
+        )
+    if isinstance(target, senders.SlackTarget):
+        if not slack_host_allowed(settings, target.webhook_url):
+            return senders.SendResult(
+                "permanent",
+                None,
+                "The Slack webhook URL's host is not allowed (PARLEY_NOTIFICATION_SLACK_HOSTS).",
+            )
+        return await senders.send_slack(
+            policy, target, rendered.title, rendered.text, rendered.link, seconds=timeout
+        )
+    return await senders.send_email(
+        policy,
+        target,
+        rendered.title,
+        rendered.text,
+        delivery_id=delivery.id,
+        local_hostname=_local_hostname(settings),
+        seconds=timeout,
+    )
+
+
+def retry_delay(settings: Settings, attempts: int) -> float:
+    delays = settings.notification_retry_seconds
+    return float(delays[min(attempts - 1, len(delays) - 1)]) if delays else 0.0
+
+
+def record_attempt(
+    session: AsyncSession,
+    settings: Settings,
+    delivery: NotificationDelivery,
+    result: senders.SendResult,
+    started_at: datetime,
+    *,
+    retry: bool,
+) -> float | None:
+    """Log the attempt and move the delivery on; returns the delay before a retry, if one is due."""
+    session.add(
+        NotificationAttempt(
+            id=new_id("nda"),
+            organization_id=delivery.organization_id,
+            delivery_id=delivery.id,
+            number=delivery.attempts,
+            outcome=result.outcome,
+            status_code=result.status_code,
+            detail=result.detail[:1000],
+            duration_ms=result.duration_ms,
+            started_at=started_at,
+        )
+    )
+    now = utcnow()
+    delivery.last_status_code = result.status_code
+    delivery.claimed_at = None
+    delivery.updated_at = now
+    if result.outcome == "delivered":
+        delivery.status, delivery.delivered_at, delivery.last_error = "delivered", now, None
+        delivery.next_attempt_at = None
+        return None
+    delivery.last_error = result.detail[:1000]
+    if retry and result.outcome == "transient" and delivery.attempts < settings.notification_max_attempts:
+        delay = retry_delay(settings, delivery.attempts)
+        delivery.status, delivery.next_attempt_at = "retrying", now + timedelta(seconds=delay)
+        return delay
+    delivery.status, delivery.next_attempt_at = "failed", None
+    return None
+
+
+async def test_channel(
+    session: AsyncSession, settings: Settings, organization_id: str, channel_id: str
+) -> tuple[NotificationDelivery, senders.SendResult]:
+    """Send a test message through the channel now (enabled or not), logged as a ``test`` delivery."""
+    channel = await get_channel(session, organization_id, channel_id)
+    now = utcnow()
+    delivery = NotificationDelivery(
+        id=new_id("ndl"),
+        organization_id=organization_id,
+        kind="test",
+        channel_id=channel.id,
+        channel_type=channel.type,
+        channel_name=channel.name,
+        status="sending",
+        attempts=1,
+        payload=test_facts(organization_id, channel.name),
+        created_at=now,
+        updated_at=now,
+    )
+    result = await send(settings, channel, delivery)
+    session.add(delivery)
+    await session.flush()  # the attempt row references it
+    record_attempt(session, settings, delivery, result, now, retry=False)
+    await session.flush()
+    return delivery, result
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+async def attempts_of(
+    session: AsyncSession, deliveries: Sequence[NotificationDelivery]
+) -> dict[str, list[AttemptOut]]:
+    if not deliveries:
+        return {}
+    rows = await session.scalars(
+        select(NotificationAttempt)
+        .where(
+            NotificationAttempt.organization_id == deliveries[0].organization_id,
+            NotificationAttempt.delivery_id.in_([d.id for d in deliveries]),
+        )
+        .order_by(NotificationAttempt.delivery_id, NotificationAttempt.number, NotificationAttempt.id)
+    )
+    out: dict[str, list[AttemptOut]] = {}
+    for row in rows:
+        out.setdefault(row.delivery_id, []).append(AttemptOut.model_validate(row))
+    return out
+
+
+def to_delivery_out(delivery: NotificationDelivery, attempts: list[AttemptOut] | None = None) -> DeliveryOut:
+    return DeliveryOut(
+        id=delivery.id,
+        kind=delivery.kind,
+        status=delivery.status,
+        delivered=delivery.status == "delivered",
+        channel_id=delivery.channel_id,
+        channel_type=delivery.channel_type,
+        channel_name=delivery.channel_name,
+        rule_id=delivery.rule_id,
+        signal_id=delivery.signal_id,
+        signal_type=delivery.signal_type,
+        severity=delivery.severity,
+        attempts=delivery.attempts,
+        next_attempt_at=delivery.next_attempt_at,
+        delivered_at=delivery.delivered_at,
+        last_status_code=delivery.last_status_code,
+        last_error=delivery.last_error,
+        created_at=delivery.created_at,
+        updated_at=delivery.updated_at,
+        attempt_log=attempts or [],
+    )
+
+
+def payload_preview(settings: Settings, delivery: NotificationDelivery) -> dict[str, Any]:
+    return render(delivery.payload, delivery.id, delivery.created_at, settings.base_url).payload
