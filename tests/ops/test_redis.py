@@ -13,7 +13,7 @@ from tests.conftest import auth, make_token
 from tests.ops.redis_server import redis_server
 
 
-async def test_redis_health_speaks_resp(tmp_path: Path, settings: Settings) -> None:
+async def test_redis_health_answers_ping_and_loss(tmp_path: Path, settings: Settings) -> None:
     assert await redis_health(settings) is None  # not configured
     with redis_server(tmp_path) as redis:
         settings.redis_url = redis.url

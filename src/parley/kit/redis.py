@@ -62,7 +62,10 @@ async def redis_health(settings: Settings) -> bool | None:
     """True when Redis answers PING (within a second), False when it does not, None without Redis."""
     if not settings.redis_url:
         return None
-    client = Redis.from_url(settings.redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
+    try:
+        client = Redis.from_url(settings.redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
+    except ValueError:  # not a redis:// URL
+        return False
     try:
         return bool(await client.ping())
     except (RedisError, OSError, TimeoutError):
