@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,41 +94,44 @@ registry = JobRegistry()
 """The process-wide registry; domain ``tasks`` modules register their handlers here at import."""
 
 
-class JobQueue:
+class JobQueue(ABC):
     """Where jobs go: the interface shared by the in-process runner and the Redis queue."""
 
     context: JobContext
     jobs: JobRegistry
 
     @property
+    @abstractmethod
     def started(self) -> bool:
-        raise NotImplementedError
+        """True once the background work runs."""
 
+    @abstractmethod
     def start(self) -> None:
         """Start background work (idempotent). Needs a running event loop."""
-        raise NotImplementedError
 
+    @abstractmethod
     def enqueue(self, name: str, payload: Payload) -> None:
         """Queue a job without waiting (the Redis queue sends it in the background)."""
-        raise NotImplementedError
 
     async def submit(self, name: str, payload: Payload) -> None:
         """Queue a job and wait until it is queued (stored in Redis, for the Redis queue)."""
         self.enqueue(name, payload)
 
+    @abstractmethod
     async def recover(self) -> int:
         """Re-enqueue unfinished work found by the registered recovery queries; returns how many."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def drain(self, seconds: float = 30.0) -> None:
-        raise NotImplementedError
+        """Run or wait for what is queued, at most ``seconds`` (tests and shutdown)."""
 
+    @abstractmethod
     async def stop(self, grace: float = 10.0) -> None:
-        raise NotImplementedError
+        """Stop taking jobs; let running ones finish within ``grace`` seconds."""
 
+    @abstractmethod
     async def depth(self) -> tuple[int, float]:
         """Jobs waiting and the age in seconds of the oldest one (for the queue gauges)."""
-        raise NotImplementedError
 
     def _check(self, name: str) -> None:
         if name not in self.jobs.handlers:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -211,7 +212,7 @@ class Inbox:
         return self.frames.popleft()
 
 
-class VoiceCall:
+class VoiceCall(ABC):
     """One voiced session on one connection. Subclasses say how audio and events cross their wire:
     :meth:`receive` (the caller's side, until the caller goes), :meth:`send_audio` (one 20 ms frame of
     the agent at 16 kHz), :meth:`send_event` (every other frame) and :meth:`clear` (barge-in)."""
@@ -250,19 +251,22 @@ class VoiceCall:
 
     # --- the transport's side ----------------------------------------------------------------
 
+    @abstractmethod
     async def receive(self) -> None:
-        raise NotImplementedError
+        """The caller's side, until the caller goes."""
 
+    @abstractmethod
     async def send_audio(self, pcm: bytes) -> None:
-        raise NotImplementedError
+        """One 20 ms frame of the agent at 16 kHz onto the wire."""
 
+    @abstractmethod
     async def send_event(self, frame: Frame) -> None:
-        raise NotImplementedError
+        """Every frame that is not audio, in the transport's own terms."""
 
-    async def clear(self) -> None:
+    async def clear(self) -> None:  # noqa: B027 - an optional hook, empty by default
         """Barge-in: the transport drops the agent audio it still buffers (the event is sent too)."""
 
-    async def start(self) -> None:
+    async def start(self) -> None:  # noqa: B027 - an optional hook, empty by default
         """Once, before audio flows."""
 
     async def on_control(self, message: ControlMessage) -> None:
