@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -112,6 +113,28 @@ async def test_jobs_enqueued_in_redis_run_on_a_worker(
     assert sorted(p["n"] for p in recorder.done) == [0, 1, 2, 3]
     assert (await queue.depth()) == (0, 0.0)
     assert _metric("parley_jobs_processed_total", job="test.record") == before + 4
+
+
+async def test_a_delayed_job_is_stored_now_and_due_later_for_any_worker(
+    setup: tuple[Settings, Recorder, RedisJobQueue],
+) -> None:
+    settings, recorder, queue = setup
+    queued_at_ms = time.time() * 1000
+    queue.enqueue_later("test.record", {"n": "later"}, 30.0)  # a notification retry, say
+    queue.enqueue_later("test.record", {"n": "now"}, 0.0)
+    await queue.drain()
+    scores = sorted(score for _, score in await queue.redis.zrange(queue.queue, 0, -1, withscores=True))
+    assert len(scores) == 2  # both in Redis already: a restart of this process loses neither
+    assert scores[0] < queued_at_ms + 5_000 <= queued_at_ms + 29_000 <= scores[1]
+    worker = QueueWorker(_context(), settings, jobs=recorder.jobs, handle_signals=False, poll_delay=0.05)
+    running = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: len(recorder.done) == 1)
+    finally:
+        worker.stop()
+        await running
+    assert recorder.done == [{"n": "now"}]  # the other is not due yet
+    assert (await queue.depth())[0] == 1
 
 
 async def test_unknown_job_names_are_refused_when_enqueued(

@@ -117,6 +117,15 @@ class JobQueue(ABC):
         """Queue a job and wait until it is queued (stored in Redis, for the Redis queue)."""
         self.enqueue(name, payload)
 
+    def enqueue_later(self, name: str, payload: Payload, delay: float) -> None:
+        """Queue a job to run after ``delay`` seconds. In process the wait lives in this process's loop
+        (recovery queries cover a restart); the Redis queue stores the delay with the job."""
+        if delay <= 0:
+            self.enqueue(name, payload)
+            return
+        self._check(name)
+        asyncio.get_running_loop().call_later(delay, self.enqueue, name, payload)
+
     @abstractmethod
     async def recover(self) -> int:
         """Re-enqueue unfinished work found by the registered recovery queries; returns how many."""

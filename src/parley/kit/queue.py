@@ -130,9 +130,15 @@ class RedisJobQueue(JobQueue):
         ).hexdigest()
         return f"{self.settings.redis_prefix}:recover:{digest[:32]}"
 
-    async def _send(self, name: str, payload: Payload, job_id: str) -> bool:
+    async def _send(self, name: str, payload: Payload, job_id: str, delay: float | None = None) -> bool:
         try:
-            job = await self.redis.enqueue_job(FUNCTION, name, dict(payload), _job_id=job_id)
+            job = await self.redis.enqueue_job(
+                FUNCTION,
+                name,
+                dict(payload),
+                _job_id=job_id,
+                _defer_by=delay if delay and delay > 0 else None,
+            )
         except (RedisError, OSError, TimeoutError) as exc:
             # The row still says the work is unfinished: the worker's recovery pass queues it again.
             log.warning("job_enqueue_failed", job=name, error_type=type(exc).__name__)
@@ -144,8 +150,12 @@ class RedisJobQueue(JobQueue):
         await self._send(name, payload, self._job_id())
 
     def enqueue(self, name: str, payload: Payload) -> None:
+        self.enqueue_later(name, payload, 0.0)
+
+    def enqueue_later(self, name: str, payload: Payload, delay: float) -> None:
+        """The job is stored in Redis now and becomes due after ``delay`` seconds (any worker runs it)."""
         self._check(name)
-        task = asyncio.get_running_loop().create_task(self._send(name, payload, self._job_id()))
+        task = asyncio.get_running_loop().create_task(self._send(name, payload, self._job_id(), delay))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 

@@ -8,7 +8,6 @@ send. A crash between sending and recording can still repeat a message; receiver
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import structlog
@@ -29,13 +28,9 @@ RECOVERY_LIMIT = 1000
 
 
 def schedule(ctx: JobContext, delivery_id: str, delay: float) -> None:
-    """Run the delivery job again after ``delay`` seconds (in this process; recovery covers restarts)."""
-    runner = runner_for(ctx.state)
-    payload = {"delivery_id": delivery_id}
-    if delay <= 0:
-        runner.enqueue(service.DELIVER_JOB, payload)
-        return
-    asyncio.get_running_loop().call_later(delay, runner.enqueue, service.DELIVER_JOB, payload)
+    """Run the delivery job again after ``delay`` seconds (on the Redis queue the delay is stored with
+    the job, so any worker retries it; in process, recovery covers a restart)."""
+    runner_for(ctx.state).enqueue_later(service.DELIVER_JOB, {"delivery_id": delivery_id}, delay)
 
 
 async def deliver(ctx: JobContext, payload: Payload) -> None:
