@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from parley.config import ConfigError, Settings, prepare_settings
 from parley.kit.ratelimit import RedisLimiter, SlidingWindowLimiter, limiter_from_settings
@@ -32,16 +31,22 @@ async def test_two_limiters_share_one_window(tmp_path: Path, redis_prefix: str) 
         await second.aclose()
 
 
-async def test_limiter_fails_open_with_a_warning_when_redis_is_down(tmp_path: Path) -> None:
+async def test_limiter_fails_open_with_a_warning_when_redis_is_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     settings = _settings(tmp_path, redis_url=f"redis://127.0.0.1:{free_port()}/0", rate_limit_per_minute=1)
     limiter = limiter_from_settings(settings)
     try:
-        with capture_logs() as logs:
-            decisions = [await limiter.check("user:alice") for _ in range(3)]
+        capsys.readouterr()
+        decisions = [await limiter.check("user:alice") for _ in range(3)]
         assert all(d.allowed for d in decisions)
-        warnings = [entry for entry in logs if entry["event"] == "rate_limit_unavailable"]
+        # The log line as it is written (structlog's capture_logs misses loggers cached by earlier tests).
+        written = capsys.readouterr()
+        warnings = [
+            line for line in (written.err + written.out).splitlines() if "rate_limit_unavailable" in line
+        ]
         assert len(warnings) == 1  # rate-limited itself: one warning, not one per request
-        assert warnings[0]["log_level"] == "warning"
+        assert "warning" in warnings[0].lower()
     finally:
         await limiter.aclose()
 
