@@ -153,6 +153,14 @@ async def test_dispatch_rules_follow_livekits_model(org: Org) -> None:
     bad_type = await org.post("/api/telephony/dispatch-rules", {"name": "T", "rule_type": "broadcast"})
     assert bad_type.status_code == 422
 
+    for field in ("name", "trunk_ids"):  # a PATCH may not blank what a rule must have
+        blanked = await org.patch(f"/api/telephony/dispatch-rules/{rule['id']}", {field: None})
+        assert blanked.status_code == 422 and f"{field} cannot be null" in blanked.json()["detail"]
+    renamed = await org.patch(f"/api/telephony/dispatch-rules/{rule['id']}", {"name": "Callers"})
+    assert renamed.status_code == 200
+    blank_numbers = await org.patch(f"/api/telephony/trunks/{trunk['id']}", {"numbers": None})
+    assert blank_numbers.status_code == 422
+
     in_use = await org.delete(f"/api/telephony/trunks/{trunk['id']}")
     assert in_use.status_code == 409 and "Callers" in in_use.json()["detail"]
 

@@ -13,6 +13,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import structlog
 from fastapi import Request
+from pydantic import BaseModel
 from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -25,7 +26,7 @@ from parley.config import Settings
 from parley.flows.models import Flow
 from parley.kit.crypto import SecretBox, SecretDecryptionError, mask
 from parley.kit.db import before_commit, utcnow
-from parley.kit.errors import Conflict, Forbidden, NotFound, ParleyError, UpstreamError
+from parley.kit.errors import Conflict, Forbidden, NotFound, ParleyError, Unprocessable, UpstreamError
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy
 from parley.kit.tenancy import get_owned, scoped
@@ -310,14 +311,20 @@ async def create_trunk(
     return row
 
 
+def _patch(data: BaseModel, *required: str) -> dict[str, Any]:
+    """The fields a PATCH sets; 422 when one that must keep a value is sent as null."""
+    changes = data.model_dump(exclude_unset=True)
+    for field in required:
+        if field in changes and changes[field] is None:
+            raise Unprocessable(f"{field} cannot be null; send an empty value or leave it out.")
+    return changes
+
+
 async def update_trunk(
     session: AsyncSession, settings: Settings, organization_id: str, trunk_id: str, data: TrunkUpdate
 ) -> SipTrunk:
     row = await get_owned(session, SipTrunk, trunk_id, organization_id, "Trunk")
-    changes = data.model_dump(exclude_unset=True)
-    for field in ("name", "numbers", "allowed_addresses", "allowed_numbers"):
-        if field in changes and changes[field] is None:
-            raise Conflict(f"{field} cannot be null; send an empty list or a value.")
+    changes = _patch(data, "name", "numbers", "allowed_addresses", "allowed_numbers")
     if "name" in changes:
         await _name_free(session, SipTrunk, organization_id, changes["name"], row.id)
     if "auth_password" in changes:
@@ -433,10 +440,7 @@ async def update_rule(
     session: AsyncSession, settings: Settings, organization_id: str, rule_id: str, data: DispatchRuleUpdate
 ) -> DispatchRule:
     row = await get_owned(session, DispatchRule, rule_id, organization_id, "Dispatch rule")
-    changes = data.model_dump(exclude_unset=True)
-    for field in ("name", "trunk_ids", "numbers", "attributes"):
-        if field in changes and changes[field] is None:
-            raise Conflict(f"{field} cannot be null; send an empty value instead.")
+    changes = _patch(data, "name", "trunk_ids", "numbers", "attributes")
     if "name" in changes:
         await _name_free(session, DispatchRule, organization_id, changes["name"], row.id)
     if "flow_id" in changes:
