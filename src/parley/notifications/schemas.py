@@ -68,7 +68,7 @@ class _ChannelFields(StrictModel):
     webhook_url: Url | None = Field(
         default=None,
         description="slack: the incoming-webhook URL (a secret: stored encrypted, shown masked).",
-        examples=["https://hooks.slack.com/services/T000/B000/XXXX"],
+        examples=["https://hooks.slack.com/services/T000/B000/abc123"],
     )
     smtp_host: HostName | None = Field(default=None, description="email: the SMTP server.")
     smtp_port: int | None = Field(
