@@ -7,11 +7,11 @@ import pytest
 
 from parley.app import create_app
 from parley.auth.principal import OrgContext, Principal
+from parley.auth.roles import Role
 from parley.config import Settings
 from parley.flows.definition import VoiceSettings
 from parley.kit.db import Database
 from parley.kit.errors import BadRequest, Conflict
-from parley.organizations.models import Role
 from parley.voice import registry
 from parley.voice.engines.deepgram import DeepgramStt
 from parley.voice.engines.espeak import EspeakTts

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 
 Scope = Literal["read", "write", "admin"]
 

@@ -15,8 +15,8 @@ from parley.kit.blobs import BlobStore
 from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, PayloadTooLarge, documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.schemas import DeletedOut
 from parley.kit.tenancy import scoped
-from parley.organizations.schemas import DeletedOut
 
 router = APIRouter(prefix="/api/assets", tags=["Assets"])
 uploads_router = APIRouter(prefix="/api/uploads", tags=["System"])

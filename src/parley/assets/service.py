@@ -22,6 +22,7 @@ from parley.assets.schemas import AssetOut
 from parley.assets.sniff import AssetKind, Sniffed, invalid_field, sniff
 from parley.auth.models import User
 from parley.auth.principal import OrgContext
+from parley.auth.roles import Role
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
 from parley.kit.db import after_commit
 from parley.kit.errors import (
@@ -33,7 +34,7 @@ from parley.kit.errors import (
 from parley.kit.ids import new_id
 from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned
-from parley.organizations.models import Organization, Role
+from parley.organizations.models import Organization
 
 log = structlog.get_logger("parley.assets")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from parley.organizations.models import Role
+from parley.auth.roles import Role
 
 API_KEY_SCOPES = ("read", "write", "admin")
 _SCOPE_ROLE = {"admin": Role.admin, "write": Role.member, "read": Role.viewer}

@@ -28,8 +28,8 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import BadRequest, documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.schemas import DeletedOut
 from parley.kit.tenancy import scoped
-from parley.organizations.schemas import DeletedOut
 
 router = APIRouter(prefix="/api/channels", tags=["Channels"])
 

@@ -11,7 +11,7 @@ from zoneinfo import available_timezones
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 
 
 class ChannelKind(StrEnum):

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import State
 
 from parley.auth.principal import OrgContext, Principal
+from parley.auth.roles import Role
 from parley.channels import routing, service
 from parley.channels.models import WhatsAppAccount, WhatsAppMessage
 from parley.channels.schemas import WebhookAck, WebhookMessage, WebhookPayload
@@ -39,7 +40,6 @@ from parley.kit.errors import BadRequest, Forbidden, ParleyError
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobContext, enqueue_after_commit, registry, runner_for
 from parley.kit.outbound import BlockedDestination, OutboundPolicy, explain, guarded_client, read_limited
-from parley.organizations.models import Role
 from parley.sessions import locks
 from parley.sessions import service as sessions
 from parley.sessions.models import ConversationSession

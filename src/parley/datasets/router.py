@@ -26,8 +26,8 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import PayloadTooLarge, Unprocessable, UnsupportedMediaType, documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.schemas import DeletedOut
 from parley.kit.tenancy import scoped
-from parley.organizations.schemas import DeletedOut
 
 router = APIRouter(prefix="/api/datasets", tags=["Datasets"])
 

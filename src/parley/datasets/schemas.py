@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 
 MAX_ITEM_BYTES = 64 * 1024
 MAX_BATCH = 1000

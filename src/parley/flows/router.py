@@ -27,7 +27,7 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
-from parley.organizations.schemas import DeletedOut
+from parley.kit.schemas import DeletedOut
 
 router = APIRouter(prefix="/api/flows", tags=["Flows"])
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from parley.flows.definition import FlowDefinition
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 from parley.tools.schemas import ToolName, ToolOut, ToolType
 
 EXPORT_FORMAT: Literal["parley.flow/v1"] = "parley.flow/v1"

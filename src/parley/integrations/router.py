@@ -25,8 +25,8 @@ from parley.kit.body import BODY_MODEL_ATTR, ParsedBody, read_body_data, validat
 from parley.kit.db import DbSession
 from parley.kit.errors import ParleyError, documented, error_response
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.schemas import DeletedOut
 from parley.kit.tenancy import scoped
-from parley.organizations.schemas import DeletedOut
 
 router = APIRouter(prefix="/api/integrations", tags=["Integrations"])
 

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit.models import AuditEvent
 from parley.auth.principal import OrgContext
+from parley.auth.roles import Role
 from parley.config import Settings
 from parley.integrations import oauth
 from parley.integrations.catalog import GENERIC, PRESETS, ProviderPreset, is_valid_key
@@ -47,7 +48,7 @@ from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyE
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy
 from parley.kit.tenancy import get_owned, scoped
-from parley.organizations.models import Membership, Role
+from parley.organizations.models import Membership
 
 log = structlog.get_logger("parley.integrations")
 

@@ -13,6 +13,7 @@ from parley.kit.body import ParsedBody, read_body_data, validate_body
 from parley.kit.db import DbSession
 from parley.kit.errors import PayloadTooLarge, documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.schemas import DeletedOut, StrictModel
 from parley.kit.tenancy import scoped
 from parley.knowledge import service
 from parley.knowledge import tasks as _tasks  # noqa: F401  (registers the ingestion job)
@@ -24,7 +25,6 @@ from parley.knowledge.schemas import (
     KnowledgeSearchOut,
     KnowledgeTextCreate,
 )
-from parley.organizations.schemas import DeletedOut, StrictModel
 
 router = APIRouter(prefix="/api/knowledge", tags=["Knowledge"])
 

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 
 DocumentStatusName = Literal["pending", "ready", "failed"]
 

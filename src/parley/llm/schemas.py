@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 
 
 class ChatMessage(StrictModel):

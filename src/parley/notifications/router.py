@@ -13,6 +13,7 @@ from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.responses import JSONBytesResponse
+from parley.kit.schemas import DeletedOut
 from parley.kit.tenancy import get_owned, scoped
 from parley.notifications import jobs as _jobs  # noqa: F401  (registers the delivery job)
 from parley.notifications import service
@@ -31,7 +32,6 @@ from parley.notifications.schemas import (
     RuleUpdate,
     TestFailedOut,
 )
-from parley.organizations.schemas import DeletedOut
 
 router = APIRouter(prefix="/api/notifications", tags=["Notifications"])
 

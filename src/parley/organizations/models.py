@@ -1,28 +1,9 @@
 from __future__ import annotations
 
-import enum
-
 from sqlalchemy import ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from parley.kit.db import Base, TimestampMixin
-
-
-class Role(enum.StrEnum):
-    owner = "owner"
-    admin = "admin"
-    member = "member"
-    viewer = "viewer"
-
-    @property
-    def rank(self) -> int:
-        return _RANK[self]
-
-    def at_least(self, other: Role) -> bool:
-        return self.rank >= other.rank
-
-
-_RANK = {Role.viewer: 0, Role.member: 1, Role.admin: 2, Role.owner: 3}
 
 
 class Organization(TimestampMixin, Base):

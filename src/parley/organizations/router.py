@@ -7,13 +7,13 @@ from fastapi import APIRouter, Depends, Path, Request
 from parley.audit.service import describe, set_organization
 from parley.auth.dependencies import CurrentPrincipal, CurrentUser, resolve_membership_role
 from parley.auth.principal import OrgContext
+from parley.auth.roles import Role
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import Forbidden, NotFound, documented
+from parley.kit.schemas import DeletedOut
 from parley.organizations import service
-from parley.organizations.models import Role
 from parley.organizations.schemas import (
-    DeletedOut,
     MemberAdd,
     MemberOut,
     MemberUpdate,

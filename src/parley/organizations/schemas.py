@@ -5,15 +5,10 @@ from zoneinfo import available_timezones
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from parley.organizations.models import Role
+from parley.auth.roles import Role
+from parley.kit.schemas import StrictModel
 
 _SLUG = r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$"
-
-
-class StrictModel(BaseModel):
-    """Request bodies refuse unknown fields, so nobody can smuggle in organization_id or roles."""
-
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
 
 def _check_timezone(value: str | None) -> str | None:
@@ -74,8 +69,3 @@ class MemberOut(BaseModel):
     name: str | None
     role: Role
     joined_at: datetime
-
-
-class DeletedOut(BaseModel):
-    id: str
-    deleted: bool = True

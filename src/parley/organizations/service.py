@@ -11,11 +11,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.models import User
 from parley.auth.principal import Principal
+from parley.auth.roles import Role
 from parley.kit.blobs import BlobStore, BlobStoreError
 from parley.kit.db import Base, after_commit, utcnow
 from parley.kit.errors import Conflict, Forbidden, NotFound
 from parley.kit.ids import new_id
-from parley.organizations.models import Membership, Organization, Role
+from parley.organizations.models import Membership, Organization
 from parley.organizations.schemas import MemberAdd, MemberOut, OrganizationCreate, OrganizationUpdate
 
 log = structlog.get_logger("parley.organizations")

@@ -8,7 +8,7 @@ from parley.audit.service import describe
 from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
-from parley.organizations.schemas import DeletedOut
+from parley.kit.schemas import DeletedOut
 from parley.providers import service
 from parley.providers.catalog import ProviderKind
 from parley.providers.schemas import (

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, Field, field_validator
 
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 
 MAX_MESSAGE_CHARS = 4000
 MAX_VARIABLES_BYTES = 64 * 1024

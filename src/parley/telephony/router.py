@@ -14,9 +14,9 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, UnsupportedMediaType, documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.schemas import DeletedOut
 from parley.kit.tenancy import get_owned, scoped
 from parley.organizations import service as organizations
-from parley.organizations.schemas import DeletedOut
 from parley.telephony import service, sync
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk
 from parley.telephony.schemas import (

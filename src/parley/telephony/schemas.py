@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 
 _E164 = re.compile(r"^\+[1-9][0-9]{1,14}$")
 

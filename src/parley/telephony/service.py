@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit.models import AuditEvent
 from parley.auth.principal import OrgContext, Principal
+from parley.auth.roles import Role
 from parley.auth.stream_tokens import issue_stream_token
 from parley.channels import routing
 from parley.config import Settings
@@ -30,7 +31,6 @@ from parley.kit.errors import Conflict, Forbidden, NotFound, ParleyError, Unproc
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy
 from parley.kit.tenancy import get_owned, scoped
-from parley.organizations.models import Role
 from parley.providers.catalog import PROVIDERS, LiveKitConfig, TwilioConfig
 from parley.providers.models import ProviderConfig
 from parley.providers.service import load_config

@@ -10,7 +10,7 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
-from parley.organizations.schemas import DeletedOut
+from parley.kit.schemas import DeletedOut
 from parley.tools import service
 from parley.tools.models import Tool
 from parley.tools.schemas import ToolCreate, ToolOut, ToolTestIn, ToolTestOut, ToolType, ToolUpdate

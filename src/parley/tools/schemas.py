@@ -8,7 +8,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from parley.flows.templates import template_problems
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 
 ToolType = Literal["http", "order_lookup", "knowledge_search", "end_session", "transfer"]
 ToolName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["order_lookup"])]

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from parley.organizations.schemas import StrictModel
+from parley.kit.schemas import StrictModel
 
 SampleRate = Literal[8000, 16000, 22050, 24000]
 LanguageTag = Field(

@@ -24,9 +24,9 @@ from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from parley.auth.principal import OrgContext, Principal
+from parley.auth.roles import Role
 from parley.auth.stream_tokens import verify_stream_token
 from parley.kit.errors import ParleyError
-from parley.organizations.models import Role
 from parley.voice.audio import Resampler, mulaw_to_pcm16, pcm16_to_mulaw
 from parley.voice.pipeline.frames import AgentSpoken, EndFrame, ErrorFrame, Frame, WarningFrame
 from parley.voice.session_call import (

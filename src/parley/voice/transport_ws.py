@@ -16,10 +16,10 @@ from fastapi import APIRouter, WebSocket
 
 from parley.auth.dependencies import resolve_membership_role
 from parley.auth.principal import OrgContext, Principal
+from parley.auth.roles import Role
 from parley.auth.service import API_KEY_PREFIX, principal_from_api_key, user_from_claims
 from parley.auth.stream_tokens import is_stream_token, verify_stream_token
 from parley.kit.errors import ParleyError
-from parley.organizations.models import Role
 from parley.voice.pipeline.frames import (
     AgentText,
     EndFrame,
