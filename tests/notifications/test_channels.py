@@ -10,7 +10,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.config import Settings, prepare_settings
 from parley.kit.crypto import SecretBox, SecretDecryptionError
 from parley.notifications.models import NotificationChannel
-from parley.notifications.service import secret_binding
 from tests.conftest import auth, make_token
 from tests.notifications.conftest import SMTP_PASSWORD, Mailbox, Platform, PlatformFactory, Receiver
 from tests.notifications.helpers import SECRET, create_channel, create_rule, email, webhook
@@ -35,7 +34,7 @@ async def test_webhook_channel_crud_keeps_the_secret_encrypted_and_masked(
     row = await db_session.scalar(select(NotificationChannel).where(NotificationChannel.id == channel["id"]))
     assert row is not None and SECRET not in str(row.secrets) and SECRET not in str(row.config)
     box = SecretBox(prepare_settings(settings.model_copy()).secret_key_bytes())
-    assert box.decrypt(row.secrets["secret"], bound_to=secret_binding(row.id, "secret")) == SECRET
+    assert box.decrypt(row.secrets["secret"], bound_to=f"notification_channels:{row.id}:secret") == SECRET
 
     listed = (await client.get("/api/notifications/channels?type=webhook", headers=headers)).json()
     assert [c["id"] for c in listed["items"]] == [channel["id"]]
@@ -81,7 +80,7 @@ async def test_secrets_are_bound_to_their_row(
     }
     box = SecretBox(prepare_settings(settings.model_copy()).secret_key_bytes())
     with pytest.raises(SecretDecryptionError):
-        box.decrypt(rows[first["id"]].secrets["secret"], bound_to=secret_binding(second["id"], "secret"))
+        box.decrypt(rows[first["id"]].secrets["secret"], bound_to=f"notification_channels:{second['id']}:secret")
 
 
 async def test_email_and_slack_channels(platform: Platform, receiver: Receiver, smtp_server: Mailbox) -> None:

@@ -25,12 +25,11 @@ from parley.channels.schemas import (
 )
 from parley.config import Settings
 from parley.flows.models import Flow
-from parley.kit.crypto import SecretBox, SecretDecryptionError, mask, sha256_hex
+from parley.kit.crypto import mask, row_secrets, sha256_hex
 from parley.kit.errors import BadRequest, Conflict
 from parley.kit.ids import new_id
 from parley.kit.tenancy import get_owned, scoped
 
-ACCOUNT_TABLE = "whatsapp_accounts"
 SECRET_FIELDS = ("access_token", "app_secret", "verify_token")
 MASK_PREFIX = "••••"
 WEBHOOK_PATH = "/api/channels/whatsapp/webhook"
@@ -183,31 +182,13 @@ def route_out(route: ChannelRoute) -> RouteOut:
 # --- WhatsApp accounts ------------------------------------------------------------------------------
 
 
-def _bound(account_id: str, field: str) -> str:
-    return f"{ACCOUNT_TABLE}:{account_id}:{field}"
-
-
-def box(settings: Settings) -> SecretBox:
-    return SecretBox(settings.secret_key_bytes())
-
-
 def account_secrets(settings: Settings, account: WhatsAppAccount) -> dict[str, str]:
     """The account's secrets in plain text; one that no longer decrypts (key changed) is left out."""
-    sealer = box(settings)
-    plain: dict[str, str] = {}
-    for field, token in (account.secrets or {}).items():
-        try:
-            plain[field] = sealer.decrypt(token, bound_to=_bound(account.id, field))
-        except SecretDecryptionError:
-            continue
-    return plain
+    return row_secrets(settings, account).open_all(account.secrets)
 
 
 def _seal(settings: Settings, account: WhatsAppAccount, values: dict[str, str]) -> None:
-    sealer = box(settings)
-    account.secrets = {
-        field: sealer.encrypt(value, bound_to=_bound(account.id, field)) for field, value in values.items()
-    }
+    account.secrets = row_secrets(settings, account).seal_all(values)
     account.verify_token_sha256 = sha256_hex(values["verify_token"])
 
 

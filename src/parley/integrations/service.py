@@ -6,7 +6,7 @@ Rules that matter:
   ``PARLEY_INTEGRATIONS_STATE_TTL_SECONDS`` and consumed atomically (one ``UPDATE ... WHERE
   consumed_at IS NULL``), whatever the outcome of the callback;
 - PKCE S256 on every authorization; the verifier is sealed to its state row;
-- client secrets and tokens are sealed to their row with :class:`SecretBox` and only masked on read;
+- client secrets and tokens are sealed to their row with :func:`~parley.kit.crypto.row_secrets` and only masked on read;
 - a refresh holds the connection's row lock (``SELECT ... FOR UPDATE`` on PostgreSQL, the write
   transaction on SQLite) and an in-process lock, and re-checks expiry once it holds them, so two
   concurrent refreshes never both spend a (rotating) refresh token.
@@ -42,7 +42,7 @@ from parley.integrations.schemas import (
     ConnectOut,
     ProviderOut,
 )
-from parley.kit.crypto import SecretBox, SecretDecryptionError, mask, sha256_hex
+from parley.kit.crypto import mask, row_secrets, sha256_hex
 from parley.kit.db import Database, utcnow
 from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyError
 from parley.kit.ids import new_id
@@ -65,25 +65,8 @@ def callback_url(settings: Settings) -> str:
     return settings.base_url.rstrip("/") + CALLBACK_PATH
 
 
-def _box(settings: Settings) -> SecretBox:
-    return SecretBox(settings.secret_key_bytes())
-
-
 def _policy(settings: Settings) -> OutboundPolicy:
     return OutboundPolicy.from_entries(settings.outbound_allowlist)
-
-
-def _seal(box: SecretBox, table: str, row_id: str, field: str, value: str) -> str:
-    return box.encrypt(value, bound_to=f"{table}:{row_id}:{field}")
-
-
-def _open(box: SecretBox, table: str, row_id: str, field: str, token: str | None) -> str | None:
-    if token is None:
-        return None
-    try:
-        return box.decrypt(token, bound_to=f"{table}:{row_id}:{field}")
-    except SecretDecryptionError:
-        return None
 
 
 # Path words of this API and the catalog's template cannot name a provider.
@@ -245,7 +228,7 @@ async def get_client(session: AsyncSession, organization_id: str, provider: str)
 
 def client_config(settings: Settings, row: IntegrationClient) -> oauth.ClientConfig:
     preset = PRESETS.get(row.provider)
-    secret = _open(_box(settings), "integration_clients", row.id, "client_secret", row.client_secret)
+    secret = row_secrets(settings, row).open_or_none("client_secret", row.client_secret)
     if preset is not None:
         authorize_url, token_url, revocation_url = preset.endpoints(row.tenant)
         params = dict(preset.authorize_params)
@@ -293,7 +276,6 @@ async def put_client(
 ) -> IntegrationClient:
     _check_key(provider)
     preset = PRESETS.get(provider)
-    box = _box(settings)
     endpoints = {"authorize_url": body.authorize_url, "token_url": body.token_url}
     if preset is not None:
         given = [k for k, v in {**endpoints, "revocation_url": body.revocation_url}.items() if v is not None]
@@ -317,7 +299,7 @@ async def put_client(
                 _check_endpoint(settings, name, value)
 
     row = await find_client(session, context.organization_id, provider)
-    stored = _open(box, "integration_clients", row.id, "client_secret", row.client_secret) if row else None
+    stored = row_secrets(settings, row).open_or_none("client_secret", row.client_secret) if row else None
     secret = body.client_secret
     if (
         secret is not None
@@ -337,7 +319,7 @@ async def put_client(
         session.add(row)
     row.name = body.name
     row.client_id = body.client_id
-    row.client_secret = _seal(box, "integration_clients", row.id, "client_secret", secret)
+    row.client_secret = row_secrets(settings, row).seal("client_secret", secret)
     row.scopes = list(body.scopes) if body.scopes else list(preset.default_scopes if preset else [])
     row.token_auth_method = body.token_auth_method or (
         preset.token_auth_method if preset else "client_secret_basic"
@@ -401,7 +383,7 @@ async def start_connect(
         expires_at=now + timedelta(seconds=settings.integrations_state_ttl_seconds),
         created_at=now,
     )
-    pending.code_verifier = _seal(_box(settings), "oauth_states", pending.id, "code_verifier", verifier)
+    pending.code_verifier = row_secrets(settings, pending).seal("code_verifier", verifier)
     session.add(pending)
     await session.flush()
     url = oauth.authorization_url(
@@ -515,7 +497,7 @@ async def complete_callback(
         )
         session.add(connection)
     connection.connected_by = pending.user_id
-    _store_tokens(_box(settings), connection, tokens, default_scopes=pending.scopes, keep_refresh=False)
+    _store_tokens(settings, connection, tokens, default_scopes=pending.scopes, keep_refresh=False)
     connection.last_refreshed_at = None
     await session.flush()
     await session.refresh(connection)
@@ -553,7 +535,7 @@ async def _check_callback(
     client = await find_client(session, row.organization_id, provider)
     if client is None:
         raise BadRequest(f"The client for {provider!r} was removed while the authorization was pending.")
-    verifier = _open(_box(settings), "oauth_states", row.id, "code_verifier", row.code_verifier)
+    verifier = row_secrets(settings, row).open_or_none("code_verifier", row.code_verifier)
     config = client_config(settings, client)
     if verifier is None or config.client_secret is None:
         raise BadRequest(
@@ -563,7 +545,7 @@ async def _check_callback(
 
 
 def _store_tokens(
-    box: SecretBox,
+    settings: Settings,
     row: IntegrationConnection,
     tokens: oauth.TokenSet,
     *,
@@ -571,11 +553,9 @@ def _store_tokens(
     keep_refresh: bool,
 ) -> None:
     now = utcnow()
-    row.access_token = _seal(box, "integration_connections", row.id, "access_token", tokens.access_token)
+    row.access_token = row_secrets(settings, row).seal("access_token", tokens.access_token)
     if tokens.refresh_token is not None:
-        row.refresh_token = _seal(
-            box, "integration_connections", row.id, "refresh_token", tokens.refresh_token
-        )
+        row.refresh_token = row_secrets(settings, row).seal("refresh_token", tokens.refresh_token)
     elif not keep_refresh:
         row.refresh_token = None
     row.token_type = tokens.token_type
@@ -618,9 +598,8 @@ def _audit(
 
 
 def connection_out(settings: Settings, row: IntegrationConnection) -> ConnectionOut:
-    box = _box(settings)
-    access = _open(box, "integration_connections", row.id, "access_token", row.access_token)
-    refresh_token = _open(box, "integration_connections", row.id, "refresh_token", row.refresh_token)
+    access = row_secrets(settings, row).open_or_none("access_token", row.access_token)
+    refresh_token = row_secrets(settings, row).open_or_none("refresh_token", row.refresh_token)
     return ConnectionOut(
         id=row.id,
         provider=row.provider,
@@ -654,9 +633,8 @@ async def disconnect(
     reason: str | None = "The provider's client is no longer configured."
     if client is not None:
         config = client_config(settings, client)
-        box = _box(settings)
-        refresh_token = _open(box, "integration_connections", row.id, "refresh_token", row.refresh_token)
-        access = _open(box, "integration_connections", row.id, "access_token", row.access_token)
+        refresh_token = row_secrets(settings, row).open_or_none("refresh_token", row.refresh_token)
+        access = row_secrets(settings, row).open_or_none("access_token", row.access_token)
         # Revoking the refresh token ends the whole grant (RFC 7009 §2.1); else the access token.
         token, hint = (refresh_token, "refresh_token") if refresh_token else (access, "access_token")
         if token is None:
@@ -722,12 +700,11 @@ async def refresh_locked(
     if row is None:
         raise NotFound(f"Connection {connection_id!r} was not found in this organization.")
     _check_usable(row)
-    box = _box(settings)
     if not force and not _expiring(row, margin):
-        access = _open(box, "integration_connections", row.id, "access_token", row.access_token)
+        access = row_secrets(settings, row).open_or_none("access_token", row.access_token)
         if access is not None:
             return row, AccessToken(access, row.token_type, row.expires_at, refreshed=False)
-    refresh_token = _open(box, "integration_connections", row.id, "refresh_token", row.refresh_token)
+    refresh_token = row_secrets(settings, row).open_or_none("refresh_token", row.refresh_token)
     if refresh_token is None:
         raise Conflict(
             f"The {row.provider!r} access token cannot be refreshed (the provider gave no refresh token); "
@@ -745,7 +722,7 @@ async def refresh_locked(
             row.last_error = exc.detail[:1000]
             await session.flush()
         raise
-    _store_tokens(box, row, tokens, default_scopes=list(row.scopes), keep_refresh=True)
+    _store_tokens(settings, row, tokens, default_scopes=list(row.scopes), keep_refresh=True)
     row.last_refreshed_at = utcnow()
     await session.flush()
     await session.refresh(row)
@@ -774,9 +751,7 @@ async def access_token_for(
                 raise NotFound(f"Connection {connection_id!r} was not found.")
             _check_usable(row)
             if not _expiring(row, margin):
-                access = _open(
-                    _box(settings), "integration_connections", row.id, "access_token", row.access_token
-                )
+                access = row_secrets(settings, row).open_or_none("access_token", row.access_token)
                 if access is not None:
                     return AccessToken(access, row.token_type, row.expires_at, refreshed=False)
     async with refresh_lock(connection_id), db.write_sessionmaker() as session:

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.auth.principal import OrgContext
 from parley.brain.models import BrainSignal
 from parley.config import Settings
-from parley.kit.crypto import SecretBox, SecretDecryptionError, mask
+from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import after_commit, utcnow
 from parley.kit.errors import Conflict
 from parley.kit.ids import new_id
@@ -65,10 +65,6 @@ def policy_of(settings: Settings) -> OutboundPolicy:
 
 
 # --- channels ----------------------------------------------------------------------------------
-
-
-def secret_binding(channel_id: str, name: str) -> str:
-    return f"notification_channels:{channel_id}:{name}"
 
 
 def to_channel_out(channel: NotificationChannel) -> ChannelOut:
@@ -135,7 +131,7 @@ async def _check_destinations(
 
 def _split(settings: Settings, channel: NotificationChannel, values: dict[str, Any]) -> None:
     """Store ``values`` on the channel: secrets sealed with hints, the rest as plain config."""
-    box = SecretBox(settings.secret_key_bytes())
+    sealer = row_secrets(settings, channel)
     config = dict(channel.config or {})
     sealed = dict(channel.secrets or {})
     hints = dict(channel.secret_hints or {})
@@ -145,7 +141,7 @@ def _split(settings: Settings, channel: NotificationChannel, values: dict[str, A
                 sealed.pop(name, None)
                 hints.pop(name, None)
             else:
-                sealed[name] = box.encrypt(value, bound_to=secret_binding(channel.id, name))
+                sealed[name] = sealer.seal(name, value)
                 hints[name] = mask(value)
         elif value is None:
             config.pop(name, None)
@@ -430,11 +426,8 @@ async def notify_signals(
 
 
 def _target(settings: Settings, channel: NotificationChannel) -> senders.Target:
-    box = SecretBox(settings.secret_key_bytes())
-    secrets = {
-        name: box.decrypt(token, bound_to=secret_binding(channel.id, name))
-        for name, token in (channel.secrets or {}).items()
-    }
+    sealer = row_secrets(settings, channel)
+    secrets = {name: sealer.open(name, token) for name, token in (channel.secrets or {}).items()}
     config = channel.config or {}
     if channel.type == "webhook":
         return senders.WebhookTarget(url=config["url"], secret=secrets.get("secret"))

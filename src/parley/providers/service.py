@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.body import validate_body
-from parley.kit.crypto import SecretBox, SecretDecryptionError, mask
+from parley.kit.crypto import mask, row_secrets
 from parley.kit.errors import NotFound
 from parley.kit.ids import new_id
 from parley.kit.tenancy import scoped
@@ -19,7 +19,6 @@ from parley.providers.checks import CheckResult, run_check
 from parley.providers.models import ProviderConfig
 from parley.providers.schemas import ProviderConfigOut, ProviderOut
 
-TABLE = "provider_configs"
 MASK_PREFIX = "••••"
 
 
@@ -28,14 +27,6 @@ def get_spec(key: str) -> ProviderSpec:
     if spec is None:
         raise NotFound(f"There is no provider {key!r}; the providers are {', '.join(sorted(PROVIDERS))}.")
     return spec
-
-
-def _bound(row_id: str, field: str) -> str:
-    return f"{TABLE}:{row_id}:{field}"
-
-
-def _box(settings: Settings) -> SecretBox:
-    return SecretBox(settings.secret_key_bytes())
 
 
 async def list_providers(session: AsyncSession, context: OrgContext, kind: str | None) -> list[ProviderOut]:
@@ -76,19 +67,8 @@ async def get_config(session: AsyncSession, context: OrgContext, spec: ProviderS
     return row
 
 
-def _decrypt_all(box: SecretBox, row: ProviderConfig) -> dict[str, str]:
-    """The row's secrets in plain text; one that no longer decrypts (key changed) counts as unset."""
-    plain: dict[str, str] = {}
-    for field, token in (row.secrets or {}).items():
-        try:
-            plain[field] = box.decrypt(token, bound_to=_bound(row.id, field))
-        except SecretDecryptionError:
-            continue
-    return plain
-
-
 def to_out(settings: Settings, spec: ProviderSpec, row: ProviderConfig) -> ProviderConfigOut:
-    secrets = _decrypt_all(_box(settings), row)
+    secrets = row_secrets(settings, row).open_all(row.secrets)
     config: dict[str, Any] = dict(row.settings)
     for field in spec.secret_fields:
         config[field] = mask(secrets[field]) if field in secrets else None
@@ -114,9 +94,8 @@ def _is_kept(value: Any, stored: str | None) -> bool:
 async def put_config(
     session: AsyncSession, settings: Settings, context: OrgContext, spec: ProviderSpec, body: dict[str, Any]
 ) -> ProviderConfig:
-    box = _box(settings)
     row = await find_config(session, context, spec.key)
-    stored = _decrypt_all(box, row) if row is not None else {}
+    stored = row_secrets(settings, row).open_all(row.secrets) if row is not None else {}
     data = dict(body)
     for field in spec.secret_fields:
         if field not in data or _is_kept(data[field], stored.get(field)):
@@ -145,9 +124,7 @@ async def put_config(
         )
         session.add(row)
     row.settings = plain_settings
-    row.secrets = {
-        field: box.encrypt(value, bound_to=_bound(row.id, field)) for field, value in secret_values.items()
-    }
+    row.secrets = row_secrets(settings, row).seal_all(secret_values)
     row.updated_by = context.actor_user_id
     await session.flush()
     await session.refresh(row)
@@ -167,7 +144,7 @@ def load_config(settings: Settings, spec: ProviderSpec, row: ProviderConfig | No
         if not spec.offline:
             raise NotFound(f"Provider {spec.key!r} is not configured in this organization.")
         return spec.config_model()
-    data: dict[str, Any] = {**row.settings, **_decrypt_all(_box(settings), row)}
+    data: dict[str, Any] = {**row.settings, **row_secrets(settings, row).open_all(row.secrets)}
     return spec.config_model.model_validate(data)
 
 

@@ -25,7 +25,7 @@ from parley.auth.stream_tokens import issue_stream_token
 from parley.channels import routing
 from parley.config import Settings
 from parley.flows.models import Flow
-from parley.kit.crypto import SecretBox, SecretDecryptionError, mask
+from parley.kit.crypto import mask, row_secrets
 from parley.kit.db import before_commit, utcnow
 from parley.kit.errors import Conflict, Forbidden, NotFound, ParleyError, Unprocessable, UpstreamError
 from parley.kit.ids import new_id
@@ -59,8 +59,6 @@ from parley.telephony.schemas import (
 
 log = structlog.get_logger("parley.telephony")
 
-TRUNKS_TABLE = "telephony_sip_trunks"
-RULES_TABLE = "telephony_dispatch_rules"
 VOICE_WEBHOOK_PATH = "/api/telephony/twilio/voice"
 MEDIA_STREAM_PATH = "/api/telephony/twilio/media"
 
@@ -75,30 +73,19 @@ UNAVAILABLE_MESSAGE = (
 # --- secrets ---------------------------------------------------------------------------------------
 
 
-def _box(settings: Settings) -> SecretBox:
-    return SecretBox(settings.secret_key_bytes())
-
-
-def _seal(settings: Settings, table: str, row_id: str, field: str, value: str) -> str:
-    return _box(settings).encrypt(value, bound_to=f"{table}:{row_id}:{field}")
-
-
-def _open(settings: Settings, table: str, row_id: str, field: str, token: str | None) -> str | None:
-    if not token:
-        return None
-    try:
-        return _box(settings).decrypt(token, bound_to=f"{table}:{row_id}:{field}")
-    except SecretDecryptionError:
-        log.warning("telephony_secret_not_decrypted", table=table, id=row_id, field=field)
-        return None
+def _open(settings: Settings, row: SipTrunk | DispatchRule, field: str, token: str | None) -> str | None:
+    value = row_secrets(settings, row).open_or_none(field, token)
+    if token and value is None:
+        log.warning("telephony_secret_not_decrypted", table=row.__tablename__, id=row.id, field=field)
+    return value
 
 
 def trunk_password(settings: Settings, row: SipTrunk) -> str | None:
-    return _open(settings, TRUNKS_TABLE, row.id, "auth_password", row.auth_password)
+    return _open(settings, row, "auth_password", row.auth_password)
 
 
 def rule_pin(settings: Settings, row: DispatchRule) -> str | None:
-    return _open(settings, RULES_TABLE, row.id, "pin", row.pin)
+    return _open(settings, row, "pin", row.pin)
 
 
 # --- providers -------------------------------------------------------------------------------------
@@ -285,7 +272,7 @@ def _set_password(settings: Settings, row: SipTrunk, password: str | None) -> No
         row.auth_password = None
         row.auth_password_hint = None
     else:
-        row.auth_password = _seal(settings, TRUNKS_TABLE, row.id, "auth_password", password)
+        row.auth_password = row_secrets(settings, row).seal("auth_password", password)
         row.auth_password_hint = mask(password)
 
 
@@ -408,7 +395,7 @@ def _set_pin(settings: Settings, row: DispatchRule, pin: str | None) -> None:
         row.pin = None
         row.pin_hint = None
     else:
-        row.pin = _seal(settings, RULES_TABLE, row.id, "pin", pin)
+        row.pin = row_secrets(settings, row).seal("pin", pin)
         row.pin_hint = "••••"  # a PIN is short: no digit of it is shown
 
 

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Settings
 from parley.flows.templates import TemplateRenderError, render_template
-from parley.kit.crypto import SecretBox, SecretDecryptionError
+from parley.kit.crypto import RowSecrets, SecretDecryptionError, row_secrets
 from parley.kit.errors import UpstreamError
 from parley.kit.metrics import observe_tool_call
 from parley.kit.outbound import OutboundPolicy, explain, guarded_client, read_limited
@@ -124,8 +124,9 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
         raise InvalidArguments(errors)
 
 
-def secret_binding(tool_id: str, name: str) -> str:
-    return f"tools:{tool_id}:secrets.{name}"
+def tool_secrets(settings: Settings, tool: Tool) -> RowSecrets:
+    """A tool's secrets are sealed to ``tools:<id>:secrets.<name>``."""
+    return row_secrets(settings, tool, prefix="secrets.")
 
 
 class _Refused(Exception):
@@ -133,11 +134,11 @@ class _Refused(Exception):
 
 
 def _secrets(settings: Settings, tool: Tool) -> dict[str, str]:
-    box = SecretBox(settings.secret_key_bytes())
+    sealer = tool_secrets(settings, tool)
     out = {}
     for name, token in (tool.secrets or {}).items():
         try:
-            out[name] = box.decrypt(token, bound_to=secret_binding(tool.id, name))
+            out[name] = sealer.open(name, token)
         except SecretDecryptionError as exc:
             raise _Refused(
                 f"The stored secret {name!r} cannot be decrypted (was the secret key changed?); set it again."

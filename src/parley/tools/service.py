@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
 from parley.config import Settings
-from parley.kit.crypto import SecretBox, mask
+from parley.kit.crypto import mask
 from parley.kit.db import utcnow
 from parley.kit.errors import Conflict
 from parley.kit.ids import new_id
@@ -22,7 +22,7 @@ from parley.tools.executor import (
     ToolResult,
     execute_tool,
     parameters_of,
-    secret_binding,
+    tool_secrets,
 )
 from parley.tools.models import Tool
 from parley.tools.schemas import ToolCreate, ToolOut, ToolTestOut, ToolUpdate, parse_config, require_secrets
@@ -71,7 +71,7 @@ async def _name_taken(session: AsyncSession, organization_id: str, name: str, ex
 
 
 def _set_secrets(settings: Settings, tool: Tool, changes: dict[str, str | None]) -> None:
-    box = SecretBox(settings.secret_key_bytes())
+    sealer = tool_secrets(settings, tool)
     sealed = dict(tool.secrets or {})
     hints = dict(tool.secret_hints or {})
     for name, value in changes.items():
@@ -79,7 +79,7 @@ def _set_secrets(settings: Settings, tool: Tool, changes: dict[str, str | None])
             sealed.pop(name, None)
             hints.pop(name, None)
         else:
-            sealed[name] = box.encrypt(value, bound_to=secret_binding(tool.id, name))
+            sealed[name] = sealer.seal(name, value)
             hints[name] = mask(value)
     tool.secrets = sealed
     tool.secret_hints = hints
