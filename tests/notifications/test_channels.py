@@ -80,7 +80,9 @@ async def test_secrets_are_bound_to_their_row(
     }
     box = SecretBox(prepare_settings(settings.model_copy()).secret_key_bytes())
     with pytest.raises(SecretDecryptionError):
-        box.decrypt(rows[first["id"]].secrets["secret"], bound_to=f"notification_channels:{second['id']}:secret")
+        box.decrypt(
+            rows[first["id"]].secrets["secret"], bound_to=f"notification_channels:{second['id']}:secret"
+        )
 
 
 async def test_email_and_slack_channels(platform: Platform, receiver: Receiver, smtp_server: Mailbox) -> None:
