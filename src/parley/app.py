@@ -150,10 +150,12 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             if owned:
                 await app.state.db.dispose()
 
-    # /docs and /redoc load their scripts and styles from fastapi-offline's package, never from a CDN,
-    # so a self-hosted or air-gapped install has working API docs.
+    # /docs loads its scripts and styles from fastapi-offline's package, never from a CDN, so a
+    # self-hosted or air-gapped install has working API docs. ReDoc is not offered: its bundle still
+    # fetches a logo from its vendor's CDN.
     app = FastAPIOffline(
         static_url="/docs-assets",
+        redoc_url=None,
         title="Parley Platform API",
         version="1.0.0",
         description=DESCRIPTION,
