@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from fastapi_offline import FastAPIOffline
 
 from parley.admin.router import router as admin_router
 from parley.api_keys.router import router as api_keys_router
@@ -149,7 +150,12 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             if owned:
                 await app.state.db.dispose()
 
-    app = FastAPI(
+    # /docs loads its scripts and styles from fastapi-offline's package, never from a CDN, so a
+    # self-hosted or air-gapped install has working API docs. ReDoc is not offered: its bundle still
+    # fetches a logo from its vendor's CDN.
+    app = FastAPIOffline(
+        static_url="/docs-assets",
+        redoc_url=None,
         title="Parley Platform API",
         version="1.0.0",
         description=DESCRIPTION,

@@ -78,7 +78,9 @@ def _migrate(settings: Settings) -> None:
         upgrade(settings.resolved_database_url)
 
 
-def _run_platform(settings: Settings, host: str, port: int, workers: int) -> None:
+def _run_platform(
+    settings: Settings, host: str, port: int, workers: int, *, shutdown_timeout: int | None = None
+) -> None:
     import uvicorn
 
     from parley.kit.logging import configure_logging
@@ -99,7 +101,18 @@ def _run_platform(settings: Settings, host: str, port: int, workers: int) -> Non
         return
     from parley.app import create_app
 
-    uvicorn.run(create_app(settings), host=host, port=port, access_log=False, log_level="warning")
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=shutdown_timeout,
+    )
+
+
+UP_SHUTDOWN_GRACE_SECONDS = 2.0  # `parley up`: how long a live call may take to say goodbye on Ctrl-C
+UP_SHUTDOWN_TIMEOUT = 5  # `parley up`: open requests (streams, sockets) get this long after Ctrl-C
 
 
 def _prepare_metrics_dir() -> None:
@@ -129,6 +142,10 @@ def up(
     settings = _settings()
     settings.host, settings.port = host, port
     settings.connector_url = f"http://{host}:{connector_port}"
+    if "PARLEY_SHUTDOWN_GRACE_SECONDS" not in os.environ:
+        # Interactive: one Ctrl-C stops everything within seconds; a live call is told goodbye, not
+        # waited for (production's SIGTERM drain keeps its longer grace).
+        settings.shutdown_grace_seconds = UP_SHUTDOWN_GRACE_SECONDS
     _migrate(settings)
 
     from parley.auth.tokens import mint_token
@@ -152,19 +169,28 @@ def up(
     out.print(f"\n[bold green]Parley is running[/bold green] (data in {Path(settings.data_dir).resolve()})")
     out.print(f"  Platform API:    http://{host}:{port}   (OpenAPI docs at /docs)")
     out.print(f"  Order connector: http://{host}:{connector_port}   ({orders} orders)")
-    out.print(f"  Demo organization {demo.organization_id} with the order_lookup tool {demo.tool_id}")
-    out.print(f"  Order-status agent: German {demo.flow_ids['de']}, English {demo.flow_ids['en']}")
-    out.print("\n  Admin token (valid 30 days):")
-    out.print(f"export TOKEN={token}", soft_wrap=True)
-    out.print("  Connector key:")
-    out.print(f"export KEY={connector_key}", soft_wrap=True)
+    out.print("  Demo shop: the order-status agent in German and English, with the order_lookup tool")
+    out.print("\n  Paste these lines into another shell (admin token valid 30 days):")
+    exports = {
+        "PARLEY_URL": f"http://{host}:{port}",
+        "TOKEN": token,
+        "PARLEY_TOKEN": "$TOKEN",
+        "KEY": connector_key,
+        "ORG": demo.organization_id,
+        "PARLEY_ORG": "$ORG",
+        "TOOL": demo.tool_id,
+        "FLOW_DE": demo.flow_ids["de"],
+        "FLOW_EN": demo.flow_ids["en"],
+    }
+    for name, value in exports.items():
+        out.print(f"export {name}={value}", soft_wrap=True)
     out.print(
-        '\n  Try: curl -X POST http://127.0.0.1:8000/api/organizations -H "Authorization: Bearer $TOKEN" '
-        "-H 'Content-Type: application/json' -d '{\"name\":\"Autohaus Demo\"}'\n",
+        f'\n  Try: curl http://{host}:{port}/api/flows -H "Authorization: Bearer $TOKEN" '
+        '-H "X-Organization-Id: $ORG"\n',
         soft_wrap=True,
     )
     try:
-        _run_platform(settings, host, port, workers=1)
+        _run_platform(settings, host, port, workers=1, shutdown_timeout=UP_SHUTDOWN_TIMEOUT)
     finally:
         child.send_signal(signal.SIGTERM)
         try:

@@ -53,10 +53,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         yield {"url": base_url, "token": token, "org": org, "headers": headers, "flow": flow["id"]}
 
 
-def chat(live: dict[str, Any], *args: str, text: str, token: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PARLEY_TOKEN": live["token"] if token else "", "COLUMNS": "200"}
+def chat(
+    live: dict[str, Any], *args: str, text: str, token: bool = True, org: bool = True, **env_vars: str
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PARLEY_TOKEN": live["token"] if token else "", "COLUMNS": "200", **env_vars}
+    if "PARLEY_ORG" not in env_vars:
+        env.pop("PARLEY_ORG", None)
+    org_args = ["--org", live["org"]] if org else []
     return subprocess.run(
-        [sys.executable, "-m", "parley", "chat", "--url", live["url"], "--org", live["org"], *args],
+        [sys.executable, "-m", "parley", "chat", "--url", live["url"], *org_args, *args],
         input=text,
         capture_output=True,
         text=True,
@@ -88,3 +93,26 @@ def test_chat_explains_problems(live: dict[str, Any]) -> None:
     assert missing.returncode == 1 and "No flow named 'no-such-flow'." in missing.stderr
     no_token = chat(live, text="", token=False)
     assert no_token.returncode == 2 and "No token" in no_token.stderr
+
+
+def test_without_org_the_cli_finds_the_organization_that_has_the_flow(live: dict[str, Any]) -> None:
+    # A second organization without the flow (as after the README's "A first request").
+    other = httpx.post(
+        f"{live['url']}/api/organizations",
+        json={"name": "Second shop"},
+        headers={"Authorization": f"Bearer {live['token']}"},
+    )
+    assert other.status_code == 200, other.text
+    by_name = chat(live, "Greeter", text="", org=False)
+    assert by_name.returncode == 0, by_name.stderr
+    assert "What is your name?" in by_name.stdout
+
+    ambiguous = chat(live, text="", org=False)
+    assert ambiguous.returncode == 1
+    message = " ".join(ambiguous.stderr.split())
+    assert "You belong to 2 organizations" in message
+    assert "--org" in message and "PARLEY_ORG" in message and live["org"] in message
+
+    by_env = chat(live, text="", org=False, PARLEY_ORG=live["org"])
+    assert by_env.returncode == 0, by_env.stderr
+    assert "What is your name?" in by_env.stdout

@@ -44,6 +44,38 @@ def _find_flow(client: httpx.Client, flow: str | None) -> dict[str, Any]:
     return dict((published or items)[0])
 
 
+def _choose_organization(client: httpx.Client, flow: str | None) -> str | None:
+    """The organization to talk in when none was named: the only one, or the only one that has the
+    flow asked for. Several candidates is a clear error naming ``--org`` and ``PARLEY_ORG``."""
+    response = client.get("/api/organizations")
+    if response.status_code != 200:
+        return None  # an API key is bound to its organization; let the API answer for itself
+    organizations = [dict(o) for o in response.json()]
+    if len(organizations) <= 1:
+        return str(organizations[0]["id"]) if organizations else None
+    candidates = organizations
+    if flow:
+        candidates = [o for o in organizations if _has_flow(client, str(o["id"]), flow)]
+        if len(candidates) == 1:
+            return str(candidates[0]["id"])
+    names = ", ".join(f"{o['name']} ({o['id']})" for o in (candidates or organizations))
+    what = f"the flow {flow!r} is in several of them" if flow and candidates else "which one?"
+    raise ChatError(
+        f"You belong to {len(organizations)} organizations and {what} — {names}. "
+        "Choose one with --org ORG_ID or PARLEY_ORG=ORG_ID."
+    )
+
+
+def _has_flow(client: httpx.Client, organization_id: str, flow: str) -> bool:
+    headers = {"X-Organization-Id": organization_id}
+    if flow.startswith("flow_"):
+        return client.get(f"/api/flows/{flow}", headers=headers).status_code == 200
+    response = client.get("/api/flows", params={"limit": 200, "q": flow}, headers=headers)
+    return response.status_code == 200 and any(
+        f["name"].lower() == flow.lower() for f in response.json()["items"]
+    )
+
+
 def _show(console: Console, turn: dict[str, Any]) -> None:
     for event in turn.get("events", []):
         kind = event.get("type")
@@ -111,10 +143,11 @@ def run_chat(
     read_line: Any = input,
 ) -> int:
     headers = {"Authorization": f"Bearer {token}"}
-    if org:
-        headers["X-Organization-Id"] = org
     with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=120.0) as client:
         try:
+            org = org or _choose_organization(client, flow)
+            if org:
+                client.headers["X-Organization-Id"] = org
             chosen = _find_flow(client, flow)
         except httpx.HTTPError as exc:
             raise ChatError(f"The platform at {url} cannot be reached ({type(exc).__name__}).") from exc
