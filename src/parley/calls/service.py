@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 
 from parley.auth.principal import OrgContext
+from parley.brain import rules, sentiment
 from parley.brain.models import BrainSignal
-from parley.calls import rules, sentiment
 from parley.calls.contracts import CallRecordIn, ToolCallRecord, TurnMetrics, TurnRecord, UsageRecord
 from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut
@@ -73,7 +73,7 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
     Runs inside the caller's transaction and only flushes. A recording name that is malformed or
     already taken is left out (logged), never a reason to lose the call. With ``jobs`` (the app's
     runner) and an ``openai`` provider configured, the LLM sentiment classifier is queued once the
-    transaction has committed (see :mod:`parley.calls.sentiment`).
+    transaction has committed (see :mod:`parley.brain.sentiment`).
     """
     started, ended = _aware(record.started_at), _aware(record.ended_at)
     organization_id = record.organization_id

@@ -40,7 +40,7 @@ from parley.providers.catalog import OpenAIConfig
 from parley.providers.models import ProviderConfig
 from parley.providers.service import get_spec, load_config
 
-log = structlog.get_logger("parley.calls.sentiment")
+log = structlog.get_logger("parley.brain.sentiment")
 
 SENTIMENT_JOB = "calls.classify_sentiment"
 PROVIDER = "openai"
