@@ -10,10 +10,10 @@ from parley.brain import service
 from parley.brain.models import BrainSignal
 from parley.brain.schemas import SignalOut, SignalStatus, SignalUpdate
 from parley.calls.contracts import Severity
-from parley.calls.filters import Since, Until, as_utc, text_filter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
+from parley.kit.filters import Since, Until, as_utc, text_filter
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.tenancy import scoped
 

@@ -8,9 +8,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.calls.filters import as_utc
 from parley.kit.db import utcnow
 from parley.kit.errors import BadRequest
+from parley.kit.filters import as_utc
 from parley.organizations.models import Organization
 
 Granularity = Literal["day", "month"]
