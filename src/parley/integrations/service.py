@@ -27,6 +27,7 @@ from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit.models import AuditEvent
+from parley.auth.models import Membership
 from parley.auth.principal import OrgContext
 from parley.auth.roles import Role
 from parley.config import Settings
@@ -48,7 +49,6 @@ from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyE
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy
 from parley.kit.tenancy import get_owned, scoped
-from parley.organizations.models import Membership
 
 log = structlog.get_logger("parley.integrations")
 
