@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import func, select
 
-from parley.audit.service import audit_mutations, set_organization
+from parley.audit.dependencies import audit_mutations, set_organization
 from parley.auth.models import Membership
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from starlette.responses import Response
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgWriter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
