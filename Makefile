@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STAMP_TEST := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck pytest browser clean
+.PHONY: run test lint typecheck pytest browser clean openapi-snapshot
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ pytest: $(STAMP_TEST) browser
 	$(BIN)/python -m pytest
 
 test: lint typecheck pytest
+
+# A deliberate API change: rewrite tests/openapi_snapshot.json and tests/route_order_snapshot.txt, then
+# review their diff. `make test` fails whenever the live document differs from them.
+openapi-snapshot: $(STAMP_TEST)
+	PARLEY_UPDATE_OPENAPI_SNAPSHOT=1 $(BIN)/python -m pytest tests/test_openapi_snapshot.py -q
 
 clean:
 	rm -rf $(VENV) .parley .pytest_cache .mypy_cache .ruff_cache

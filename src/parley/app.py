@@ -30,6 +30,7 @@ from parley.kit.blobs import blob_store_from_settings
 from parley.kit.db import Database
 from parley.kit.errors import install_error_handlers
 from parley.kit.jobs import JobContext, JobRunner, queue_from_settings
+from parley.kit.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of
 from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from parley.kit.ratelimit import limiter_from_settings
@@ -50,7 +51,6 @@ from parley.sessions.router import monitoring_router as live_sessions_router
 from parley.sessions.router import router as sessions_router
 from parley.sessions.router import voice_router as session_voice_router
 from parley.sessions.tasks import IdleSweeper
-from parley.system.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of
 from parley.system.router import router as system_router
 from parley.telephony.router import admin_router as telephony_admin_router
 from parley.telephony.router import calls_router as outbound_calls_router

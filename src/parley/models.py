@@ -1,9 +1,8 @@
 """Every domain's tables, imported in one place for Alembic and the tests."""
 
-from parley.api_keys.models import ApiKey
 from parley.assets.models import Asset
 from parley.audit.models import AuditEvent
-from parley.auth.models import User
+from parley.auth.models import ApiKey, Membership, Organization, User
 from parley.brain.models import BrainSignal
 from parley.calls.models import Call
 from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage
@@ -19,7 +18,6 @@ from parley.notifications.models import (
     NotificationDelivery,
     NotificationRule,
 )
-from parley.organizations.models import Membership, Organization
 from parley.providers.models import ProviderConfig
 from parley.sessions.models import ConversationSession
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk, SyncLease, TwilioCall

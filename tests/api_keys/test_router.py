@@ -6,7 +6,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.api_keys.models import ApiKey
+from parley.auth.models import ApiKey
 from tests.conftest import auth, make_token
 from tests.organizations.test_router import ALICE, BOB, create_org
 

@@ -15,8 +15,7 @@ import jwt
 import pytest
 from sqlalchemy import select, update
 
-from parley.api_keys.models import ApiKey
-from parley.auth.models import User
+from parley.auth.models import ApiKey, User
 from parley.config import Settings
 from parley.kit.db import Database, utcnow
 from tests.auth.conftest import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from parley.flows.expressions import ExpressionError, evaluate, expression_problems
-from parley.flows.templates import TemplateRenderError, render_template, template_problems
+from parley.kit.templates import TemplateRenderError, render_template, template_problems
 
 
 def test_templates_render_variables_and_missing_ones_as_empty_text() -> None:

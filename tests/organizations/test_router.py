@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.organizations.models import Organization
+from parley.auth.models import Organization
 from tests.conftest import auth, make_token
 
 ALICE = make_token("alice", email="alice@example.com", name="Alice")

@@ -7,10 +7,10 @@ from sqlalchemy import func, select
 
 from parley.admin.schemas import AdminOrganizationOut
 from parley.auth.dependencies import PlatformAdmin
+from parley.auth.models import Membership, Organization
 from parley.kit.db import DbSession
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.organizations import service as organizations
-from parley.organizations.models import Membership, Organization
 from parley.organizations.schemas import MemberOut
 
 router = APIRouter(prefix="/api/admin", tags=["Admin"])

@@ -5,10 +5,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Request
 
 from parley.api_keys import service
-from parley.api_keys.models import ApiKey
 from parley.api_keys.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyOut
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin
+from parley.auth.models import ApiKey
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession, utcnow
 from parley.kit.errors import documented

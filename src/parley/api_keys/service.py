@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.api_keys.models import ApiKey
 from parley.api_keys.schemas import ApiKeyCreate, ApiKeyOut
+from parley.auth.models import ApiKey
 from parley.auth.principal import OrgContext, Principal
 from parley.kit.crypto import sha256_hex
 from parley.kit.db import utcnow

@@ -9,7 +9,7 @@ from parley.assets import service
 from parley.assets.models import Asset
 from parley.assets.schemas import AssetOut, AvatarOut
 from parley.assets.sniff import CONTENT_TYPES, AssetKind
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.kit.blobs import BlobStore
 from parley.kit.db import DbSession

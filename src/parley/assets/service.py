@@ -20,7 +20,7 @@ from parley.assets.images import ProcessedImage, process_avatar
 from parley.assets.models import Asset
 from parley.assets.schemas import AssetOut
 from parley.assets.sniff import AssetKind, Sniffed, invalid_field, sniff
-from parley.auth.models import User
+from parley.auth.models import Organization, User
 from parley.auth.principal import OrgContext
 from parley.auth.roles import Role
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
@@ -34,7 +34,6 @@ from parley.kit.errors import (
 from parley.kit.ids import new_id
 from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned
-from parley.organizations.models import Organization
 
 log = structlog.get_logger("parley.assets")
 

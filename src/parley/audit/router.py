@@ -7,7 +7,7 @@ from fastapi import APIRouter, Query
 
 from parley.audit.models import AuditEvent
 from parley.audit.schemas import AuditEventOut
-from parley.audit.service import events_query
+from parley.audit.service import EventFilters, events_query
 from parley.auth.dependencies import OrgAdmin
 from parley.kit.db import DbSession
 from parley.kit.pagination import Page, Pagination, paginate
@@ -30,18 +30,8 @@ async def list_audit_events(
     until: Annotated[datetime | None, Query(description="Only events before this time (ISO 8601).")] = None,
 ) -> Page[AuditEventOut]:
     """The active organization's audit trail, newest first (owners and admins)."""
-    stmt = events_query(context.organization_id)
-    if action:
-        stmt = stmt.where(AuditEvent.action == action)
-    if actor_id:
-        stmt = stmt.where(AuditEvent.actor_id == actor_id)
-    if resource_type:
-        stmt = stmt.where(AuditEvent.resource_type == resource_type)
-    if resource_id:
-        stmt = stmt.where(AuditEvent.resource_id == resource_id)
-    if since:
-        stmt = stmt.where(AuditEvent.created_at >= since)
-    if until:
-        stmt = stmt.where(AuditEvent.created_at < until)
-    rows, cursor = await paginate(session, stmt, AuditEvent.id, page)
+    filters = EventFilters(action, actor_id, resource_type, resource_id, since, until)
+    rows, cursor = await paginate(
+        session, events_query(context.organization_id, filters), AuditEvent.id, page
+    )
     return Page[AuditEventOut](items=[AuditEventOut.model_validate(r) for r in rows], next_cursor=cursor)

@@ -1,65 +1,92 @@
-"""Writing audit events. Every mutating request gets one, inside its own transaction."""
+"""The audit trail: :func:`record` is the one place an audit event is built, and the trail's query.
+
+Every mutating authenticated request gets an event through :func:`parley.audit.dependencies.audit_mutations`;
+requests without a bearer principal (the Twilio voice webhook, the OAuth callback) call :func:`record`
+themselves, naming their actor. The HTTP facts arrive as :class:`RequestFacts`, so no service here
+sees a request object.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from fastapi import Request
 from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit.models import AuditEvent
-from parley.auth.principal import Principal
-from parley.kit.db import SAFE_METHODS, before_commit
 from parley.kit.ids import new_id
 
 
-def describe(request: Request, resource_type: str, resource_id: str | None, **details: Any) -> None:
-    """Name the resource a handler acted on (the default is taken from the path parameters)."""
-    request.state.audit_resource = (resource_type, resource_id)
-    if details:
-        request.state.audit_details = details
+@dataclass(frozen=True)
+class RequestFacts:
+    """What an audit event keeps of the HTTP request that caused it."""
+
+    method: str
+    path: str
+    ip: str | None = None
+    user_agent: str | None = None
+    request_id: str | None = None
 
 
-def set_organization(request: Request, organization_id: str) -> None:
-    request.state.audit_organization_id = organization_id
+def record(
+    session: AsyncSession,
+    request: RequestFacts,
+    *,
+    organization_id: str | None,
+    actor_type: str,
+    actor_id: str,
+    action: str,
+    resource_type: str | None = None,
+    resource_id: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Add one audit event to the session's transaction (it is written with the change it records)."""
+    event = AuditEvent(
+        id=new_id("aud"),
+        organization_id=organization_id,
+        actor_type=actor_type,
+        actor_id=actor_id,
+        action=action,
+        resource_type=resource_type,
+        resource_id=resource_id,
+        method=request.method,
+        path=request.path[:500],
+        ip=request.ip,
+        user_agent=(request.user_agent or "")[:300] or None,
+        request_id=request.request_id,
+        details=details,
+    )
+    session.add(event)
+    return event
 
 
-def audit_mutations(request: Request, session: AsyncSession, principal: Principal) -> None:
-    """Register the request's audit event; it is written just before the transaction commits."""
-    if request.method in SAFE_METHODS:
-        return
-
-    async def write(session: AsyncSession) -> None:
-        state = request.state
-        route = request.scope.get("route")
-        resource_type, resource_id = getattr(state, "audit_resource", (None, None))
-        if resource_type is None:
-            params = request.path_params
-            resource_id = next(iter(params.values()), None) if params else None
-            resource_type = getattr(route, "tags", [None])[0] if route is not None and route.tags else None
-        client = request.client
-        session.add(
-            AuditEvent(
-                id=new_id("aud"),
-                organization_id=getattr(state, "audit_organization_id", None)
-                or principal.api_key_organization_id,
-                actor_type=principal.kind,
-                actor_id=principal.id,
-                action=getattr(route, "name", None) or f"{request.method} {request.url.path}",
-                resource_type=resource_type,
-                resource_id=str(resource_id) if resource_id is not None else None,
-                method=request.method,
-                path=request.url.path[:500],
-                ip=client.host if client else None,
-                user_agent=(request.headers.get("user-agent") or "")[:300] or None,
-                request_id=getattr(state, "request_id", None),
-                details=getattr(state, "audit_details", None),
-            )
-        )
-
-    before_commit(session, write)
+@dataclass(frozen=True)
+class EventFilters:
+    action: str | None = None
+    actor_id: str | None = None
+    resource_type: str | None = None
+    resource_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
 
 
-def events_query(organization_id: str) -> Select[AuditEvent]:
-    return select(AuditEvent).where(AuditEvent.organization_id == organization_id)
+def events_query(organization_id: str, filters: EventFilters | None = None) -> Select[AuditEvent]:
+    """The organization's audit events matching ``filters`` (empty values do not filter)."""
+    stmt = select(AuditEvent).where(AuditEvent.organization_id == organization_id)
+    if filters is None:
+        return stmt
+    if filters.action:
+        stmt = stmt.where(AuditEvent.action == filters.action)
+    if filters.actor_id:
+        stmt = stmt.where(AuditEvent.actor_id == filters.actor_id)
+    if filters.resource_type:
+        stmt = stmt.where(AuditEvent.resource_type == filters.resource_type)
+    if filters.resource_id:
+        stmt = stmt.where(AuditEvent.resource_id == filters.resource_id)
+    if filters.since:
+        stmt = stmt.where(AuditEvent.created_at >= filters.since)
+    if filters.until:
+        stmt = stmt.where(AuditEvent.created_at < filters.until)
+    return stmt

@@ -12,7 +12,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import func, select
 
-from parley.audit.service import audit_mutations, set_organization
+from parley.audit.dependencies import audit_mutations, set_organization
+from parley.auth.models import Membership
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
 from parley.auth.service import API_KEY_PREFIX, principal_from_api_key, user_from_claims
@@ -20,7 +21,6 @@ from parley.auth.tokens import TokenVerifier
 from parley.kit.db import DbSession
 from parley.kit.errors import BadRequest, Forbidden, NotFound, TooManyRequests, Unauthorized
 from parley.kit.ratelimit import RateLimiter
-from parley.organizations.models import Membership
 
 # Declares the bearer scheme in OpenAPI; the header itself is read below for precise error messages.
 bearer_scheme = HTTPBearer(bearerFormat="JWT", auto_error=False, description="JWT or platform API key")

@@ -5,9 +5,9 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from parley.auth.dependencies import CurrentPrincipal
+from parley.auth.models import Membership, Organization
 from parley.auth.roles import Role
 from parley.kit.db import DbSession
-from parley.organizations.models import Membership, Organization
 
 router = APIRouter(prefix="/api", tags=["Organizations"])
 

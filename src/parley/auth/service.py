@@ -10,8 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.api_keys.models import ApiKey
-from parley.auth.models import User
+from parley.auth.models import ApiKey, User
 from parley.auth.principal import Principal
 from parley.auth.tokens import ADMIN_ROLE_CLAIM, Claims
 from parley.kit.crypto import constant_time_equals, sha256_hex

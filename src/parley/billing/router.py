@@ -7,8 +7,8 @@ from fastapi import APIRouter, Query
 from parley.auth.dependencies import OrgReader
 from parley.billing import service
 from parley.billing.schemas import UsageOut
-from parley.calls.filters import Since, Until
 from parley.kit.db import DbSession
+from parley.kit.filters import Since, Until
 from parley.reporting.periods import Granularity, resolve_range
 
 router = APIRouter(prefix="/api/billing", tags=["Billing"])

@@ -4,16 +4,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.brain import service
 from parley.brain.models import BrainSignal
 from parley.brain.schemas import SignalOut, SignalStatus, SignalUpdate
 from parley.calls.contracts import Severity
-from parley.calls.filters import Since, Until, as_utc, text_filter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
+from parley.kit.filters import Since, Until, as_utc, text_filter
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.tenancy import scoped
 

@@ -1,15 +1,33 @@
-"""Brain signals: listing with filters, and working them through open → acknowledged → resolved."""
+"""The brain: it judges finished conversations and owns the signals they raise.
+
+``calls`` hands each stored call over (:func:`signals_of` before the row is written, :func:`raise_signals`
+after); the brain runs its rules (:mod:`parley.brain.rules`), writes the signals, hands them to
+notifications, and queues the LLM sentiment classifier (:mod:`parley.brain.tasks`). The brain reads a
+stored call only through :class:`parley.calls.contracts.SignalledCalls`, never calls' rows or services.
+People work the signals through open → acknowledged → resolved.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic_core import to_jsonable_python
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
+from parley.brain import rules, sentiment
 from parley.brain.models import BrainSignal
 from parley.brain.schemas import SignalUpdate
-from parley.kit.db import utcnow
+from parley.calls.contracts import CallRecordIn
+from parley.kit.db import after_commit, utcnow
 from parley.kit.errors import Conflict
-from parley.kit.tenancy import get_owned
+from parley.kit.ids import new_id
+from parley.kit.jobs import JobQueue
+from parley.kit.tenancy import get_owned, scoped
+from parley.notifications.service import notify_signals
 
 # Which status a signal may move to from each status.
 TRANSITIONS = {
@@ -41,3 +59,94 @@ async def update_signal(
         signal.note = data.note
     await session.flush()
     return signal
+
+
+# --- raising ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Raised:
+    """A signal about to be stored: the record's own (flow, runtime) or a built-in rule's."""
+
+    type: str
+    severity: str
+    source: str
+    details: dict[str, Any]
+    at: datetime
+
+
+def _aware(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def signals_of(record: CallRecordIn) -> list[Raised]:
+    """The record's own signals, then what the built-in rules find in it (stamped with the end)."""
+    ended = _aware(record.ended_at)
+    raised = [
+        Raised(s.type, s.severity, s.source, s.model_dump(mode="json")["details"], _aware(s.at))
+        for s in record.signals
+    ]
+    raised += [
+        Raised(rule.type, rule.severity, "rule", to_jsonable_python(finding.details), ended)
+        for rule, finding in rules.evaluate(record)
+    ]
+    return raised
+
+
+async def raise_signals(
+    session: AsyncSession,
+    raised: Sequence[Raised],
+    *,
+    organization_id: str,
+    call_id: str,
+    flow_id: str | None,
+    jobs: JobQueue | None = None,
+) -> list[BrainSignal]:
+    """Store the signals of a stored call and hand them to notifications; only flushes."""
+    signals = [
+        BrainSignal(
+            id=new_id("sig"),
+            organization_id=organization_id,
+            call_id=call_id,
+            flow_id=flow_id,
+            type=r.type,
+            severity=r.severity,
+            status="open",
+            source=r.source,
+            details=r.details,
+            occurred_at=r.at,
+        )
+        for r in raised
+    ]
+    session.add_all(signals)
+    await session.flush()
+    await notify_signals(session, signals, jobs=jobs)  # matching notification rules queue deliveries
+    return signals
+
+
+async def signals_of_call(session: AsyncSession, organization_id: str, call_id: str) -> Sequence[BrainSignal]:
+    rows = await session.scalars(
+        scoped(BrainSignal, organization_id).where(BrainSignal.call_id == call_id).order_by(BrainSignal.id)
+    )
+    return rows.all()
+
+
+async def queue_sentiment(
+    session: AsyncSession,
+    jobs: JobQueue,
+    *,
+    organization_id: str,
+    call_id: str,
+    transcript: list[dict[str, Any]],
+) -> None:
+    """Queue the LLM sentiment classifier after the commit, when there is something to classify."""
+    if not any(t.get("speaker") == "caller" for t in transcript):
+        return
+    if not await sentiment.has_provider(session, organization_id):
+        return
+    payload = {"call_id": call_id}
+
+    async def enqueue() -> None:
+        await jobs.submit(sentiment.SENTIMENT_JOB, payload)
+
+    after_commit(session, enqueue)

@@ -1,16 +1,19 @@
-"""What the conversation runtime hands over when a session ends, to become a call record.
+"""What other packages exchange with ``calls``: data shapes only, no behaviour, nothing of parley imported.
 
 The runtime (``parley.sessions``) fills a :class:`CallRecordIn` and calls
 ``parley.calls.service.record_call(session, record)`` inside the transaction that ends the session;
 the call record, its transcript, tool calls, metrics, usage and brain signals are written with it.
+The brain judges the record and reads a stored call back only through :class:`SignalledCalls`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncSession
 
 Channel = Literal["web", "phone", "whatsapp", "test"]
 Direction = Literal["inbound", "outbound"]
@@ -102,3 +105,22 @@ class CallRecordIn(BaseModel):
     variables: dict[str, Any] = Field(default_factory=dict)
     recording_filename: str | None = None
     transferred_to: str | None = None
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What the brain's background jobs read of a stored call."""
+
+    id: str
+    organization_id: str
+    flow_id: str | None
+    ended_at: datetime
+    transcript: list[dict[str, Any]]
+
+
+class SignalledCalls(Protocol):
+    """The calls a background job of the brain may read and mark as signalled (calls implements it)."""
+
+    async def facts(self, session: AsyncSession, call_id: str) -> CallFacts | None: ...
+
+    async def note_signal(self, session: AsyncSession, call_id: str, signal_type: str) -> None: ...

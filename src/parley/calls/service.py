@@ -14,19 +14,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 
 from parley.auth.principal import OrgContext
-from parley.brain.models import BrainSignal
-from parley.calls import rules, sentiment
-from parley.calls.contracts import CallRecordIn, ToolCallRecord, TurnMetrics, TurnRecord, UsageRecord
+from parley.brain import service as brain
+from parley.calls.contracts import (
+    CallFacts,
+    CallRecordIn,
+    ToolCallRecord,
+    TurnMetrics,
+    TurnRecord,
+    UsageRecord,
+)
 from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
-from parley.kit.db import after_commit
 from parley.kit.errors import NotFound, ServiceUnavailable
-from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
-from parley.notifications.service import notify_signals
 
 log = structlog.get_logger("parley.calls")
 
@@ -73,14 +76,14 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
     Runs inside the caller's transaction and only flushes. A recording name that is malformed or
     already taken is left out (logged), never a reason to lose the call. With ``jobs`` (the app's
     runner) and an ``openai`` provider configured, the LLM sentiment classifier is queued once the
-    transaction has committed (see :mod:`parley.calls.sentiment`).
+    transaction has committed (see :mod:`parley.brain.sentiment`).
     """
     started, ended = _aware(record.started_at), _aware(record.ended_at)
     organization_id = record.organization_id
     metrics = [m.model_dump(mode="json") for m in record.turn_metrics]
     filename = await _recording_filename(session, record)
-    findings = rules.evaluate(record)
-    signal_types = sorted({rule.type for rule, _ in findings} | {s.type for s in record.signals})
+    raised = brain.signals_of(record)
+    signal_types = sorted({r.type for r in raised})
     call = Call(
         id=f"call_{ULID.from_datetime(started)}",
         organization_id=organization_id,
@@ -115,56 +118,31 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
     )
     session.add(call)
     await session.flush()  # the signals reference the call
-
-    def signal(type_: str, severity: str, source: str, details: dict[str, Any], at: datetime) -> BrainSignal:
-        return BrainSignal(
-            id=new_id("sig"),
-            organization_id=organization_id,
-            call_id=call.id,
-            flow_id=call.flow_id,
-            type=type_,
-            severity=severity,
-            status="open",
-            source=source,
-            details=details,
-            occurred_at=at,
-        )
-
-    signals = [
-        signal(
-            raised.type,
-            raised.severity,
-            raised.source,
-            raised.model_dump(mode="json")["details"],
-            _aware(raised.at),
-        )
-        for raised in record.signals
-    ]
-    signals += [
-        signal(rule.type, rule.severity, "rule", to_jsonable_python(finding.details), ended)
-        for rule, finding in findings
-    ]
-    session.add_all(signals)
-    await session.flush()
-    await notify_signals(session, signals, jobs=jobs)  # matching notification rules queue deliveries
+    await brain.raise_signals(
+        session, raised, organization_id=organization_id, call_id=call.id, flow_id=call.flow_id, jobs=jobs
+    )
     if jobs is not None:
-        await _queue_sentiment(session, jobs, call)
-    log.info("call_recorded", call_id=call.id, signals=len(findings) + len(record.signals))
+        await brain.queue_sentiment(
+            session, jobs, organization_id=organization_id, call_id=call.id, transcript=call.transcript
+        )
+    log.info("call_recorded", call_id=call.id, signals=len(raised))
     return call
 
 
-async def _queue_sentiment(session: AsyncSession, jobs: JobQueue, call: Call) -> None:
-    """Queue the LLM sentiment classifier after the commit, when there is something to classify."""
-    if not any(t.get("speaker") == "caller" for t in call.transcript):
-        return
-    if not await sentiment.has_provider(session, call.organization_id):
-        return
-    payload = {"call_id": call.id}
+class CallsForTheBrain:
+    """What the brain's jobs may read of a call and mark on it (:class:`parley.calls.contracts.SignalledCalls`)."""
 
-    async def enqueue() -> None:
-        await jobs.submit(sentiment.SENTIMENT_JOB, payload)
+    async def facts(self, session: AsyncSession, call_id: str) -> CallFacts | None:
+        call = await session.scalar(select(Call).where(Call.id == call_id))
+        if call is None:
+            return None
+        return CallFacts(call.id, call.organization_id, call.flow_id, call.ended_at, call.transcript)
 
-    after_commit(session, enqueue)
+    async def note_signal(self, session: AsyncSession, call_id: str, signal_type: str) -> None:
+        call = await session.scalar(select(Call).where(Call.id == call_id))
+        if call is not None:
+            call.has_signals = True
+            call.signal_types = sorted({*call.signal_types, signal_type})
 
 
 VOICE_METRICS = (
@@ -250,11 +228,7 @@ async def get_call(session: AsyncSession, context: OrgContext, call_id: str) -> 
 
 
 async def to_full(session: AsyncSession, call: Call) -> CallOut:
-    signals = await session.scalars(
-        scoped(BrainSignal, call.organization_id)
-        .where(BrainSignal.call_id == call.id)
-        .order_by(BrainSignal.id)
-    )
+    signals = await brain.signals_of_call(session, call.organization_id, call.id)
     return CallOut(
         **CallSummaryOut.model_validate(call).model_dump(),
         session_id=call.session_id,

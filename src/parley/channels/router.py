@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import PlainTextResponse
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
 from parley.channels import routing, service, whatsapp
 from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import UploadFile
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.datasets import service
 from parley.datasets.importing import parse_file

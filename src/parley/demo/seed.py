@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.auth.models import User
+from parley.auth.models import Membership, Organization, User
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
 from parley.config import Settings
@@ -23,7 +23,6 @@ from parley.flows.models import Flow
 from parley.flows.schemas import FlowCreate, FlowUpdate
 from parley.kit.db import Database
 from parley.kit.ids import new_id
-from parley.organizations.models import Membership, Organization
 from parley.tools import service as tools
 from parley.tools.models import Tool
 from parley.tools.schemas import ToolCreate, ToolUpdate

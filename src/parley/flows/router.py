@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.flows import service
 from parley.flows.models import Flow, FlowVersion

@@ -69,6 +69,19 @@ def referenced_tools(definition: dict[str, Any]) -> set[str]:
     return found
 
 
+async def flows_using_tool(session: AsyncSession, organization_id: str, tool: Tool) -> list[str]:
+    """Ids of flows whose draft refers to ``tool`` (by name or id)."""
+    rows = await session.execute(
+        select(Flow.id, Flow.definition).where(Flow.organization_id == organization_id)
+    )
+    return [
+        flow_id for flow_id, definition in rows.all() if {tool.id, tool.name} & referenced_tools(definition)
+    ]
+
+
+tools_service.count_tool_users(flows_using_tool)
+
+
 def _summary_fields(flow: Flow) -> dict[str, Any]:
     return {
         "id": flow.id,

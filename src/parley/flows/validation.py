@@ -27,7 +27,7 @@ from parley.flows.definition import (
     node_targets,
 )
 from parley.flows.expressions import expression_problems
-from parley.flows.templates import template_problems, template_variables
+from parley.kit.templates import template_problems, template_variables
 
 # Node types the conversation waits at for the caller: a loop must pass through one.
 WAITING_TYPES = ("collect", "llm")

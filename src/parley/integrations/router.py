@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe, request_facts
 from parley.auth.dependencies import OrgAdmin, OrgReader
 from parley.integrations import oauth, service
 from parley.integrations import tasks as _tasks  # noqa: F401  (registers the refresh job)
@@ -102,7 +102,9 @@ async def list_integration_oauth_callback(
     """
     params = service.CallbackParams(code=code, state=state, error=error, error_description=error_description)
     try:
-        out = await service.complete_callback(session, request.app.state.settings, request, params)
+        out = await service.complete_callback(
+            session, request.app.state.settings, request_facts(request), params
+        )
     except ParleyError as exc:
         # Returned, not raised: the state consumed above must stay consumed (the transaction commits).
         return error_response(exc.status_code, exc.detail, exc.code, exc.headers)

@@ -22,11 +22,12 @@ from typing import Any, cast
 
 import httpx
 import structlog
-from fastapi import Request
 from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.audit.models import AuditEvent
+from parley.audit import service as audit
+from parley.audit.service import RequestFacts
+from parley.auth.models import Membership
 from parley.auth.principal import OrgContext
 from parley.auth.roles import Role
 from parley.config import Settings
@@ -48,7 +49,6 @@ from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyE
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy
 from parley.kit.tenancy import get_owned, scoped
-from parley.organizations.models import Membership
 
 log = structlog.get_logger("parley.integrations")
 
@@ -447,7 +447,7 @@ class _Pending:
 
 
 async def complete_callback(
-    session: AsyncSession, settings: Settings, request: Request, params: CallbackParams
+    session: AsyncSession, settings: Settings, request: RequestFacts, params: CallbackParams
 ) -> CallbackOut:
     """Check the state, exchange the code, store the tokens. Whatever happens once the state is known
     uses it up; the caller must commit on errors too (the router answers them instead of raising)."""
@@ -514,7 +514,7 @@ async def complete_callback(
 
 
 async def _check_callback(
-    session: AsyncSession, settings: Settings, request: Request, row: OAuthState, params: CallbackParams
+    session: AsyncSession, settings: Settings, request: RequestFacts, row: OAuthState, params: CallbackParams
 ) -> tuple[oauth.ClientConfig, str]:
     provider = row.provider
     if params.error:
@@ -567,30 +567,23 @@ def _store_tokens(
 
 def _audit(
     session: AsyncSession,
-    request: Request,
+    request: RequestFacts,
     pending: OAuthState | _Pending,
     connection_id: str | None,
     action: str,
     **details: Any,
 ) -> None:
-    """The callback is a GET without a bearer token: it writes its audit event itself."""
-    client = request.client
-    session.add(
-        AuditEvent(
-            id=new_id("aud"),
-            organization_id=pending.organization_id,
-            actor_type="user",
-            actor_id=pending.user_id,
-            action=action,
-            resource_type="integration_connection",
-            resource_id=connection_id,
-            method=request.method,
-            path=request.url.path[:500],
-            ip=client.host if client else None,
-            user_agent=(request.headers.get("user-agent") or "")[:300] or None,
-            request_id=getattr(request.state, "request_id", None),
-            details={"provider": pending.provider, **details},
-        )
+    """The callback is a GET without a bearer token: it records its audit event itself."""
+    audit.record(
+        session,
+        request,
+        organization_id=pending.organization_id,
+        actor_type="user",
+        actor_id=pending.user_id,
+        action=action,
+        resource_type="integration_connection",
+        resource_id=connection_id,
+        details={"provider": pending.provider, **details},
     )
 
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import UploadFile
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.kit.body import ParsedBody, read_body_data, validate_body
 from parley.kit.db import DbSession

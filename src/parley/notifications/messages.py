@@ -8,9 +8,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from parley.brain.models import BrainSignal
+
+class RaisedSignal(Protocol):
+    """What notifications read of a signal the brain hands over (the brain's row satisfies it), so
+    notifications never import the brain: the brain calls notifications, never the reverse."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def organization_id(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def call_id(self) -> str | None: ...
+    @property
+    def flow_id(self) -> str | None: ...
+    @property
+    def occurred_at(self) -> datetime: ...
+    @property
+    def details(self) -> dict[str, Any]: ...
+
 
 SIGNAL_EVENT = "brain_signal.raised"
 TEST_EVENT = "notification.test"
@@ -42,7 +67,7 @@ def _iso(value: datetime) -> str:
     return value.isoformat().replace("+00:00", "Z")
 
 
-def signal_facts(signal: BrainSignal) -> dict[str, Any]:
+def signal_facts(signal: RaisedSignal) -> dict[str, Any]:
     return {
         "event": SIGNAL_EVENT,
         "organization_id": signal.organization_id,

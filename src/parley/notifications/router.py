@@ -4,13 +4,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
 from parley.calls.contracts import Severity
-from parley.calls.filters import Since, Until, as_utc, text_filter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
+from parley.kit.filters import Since, Until, as_utc, text_filter
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.responses import JSONBytesResponse
 from parley.kit.schemas import DeletedOut

@@ -16,7 +16,6 @@ from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
-from parley.brain.models import BrainSignal
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import after_commit, utcnow
@@ -27,7 +26,7 @@ from parley.kit.outbound import OutboundPolicy
 from parley.kit.tenancy import get_owned, scoped
 from parley.notifications import senders
 from parley.notifications.destinations import DestinationRefused, check_host, check_url
-from parley.notifications.messages import render, signal_facts, test_facts
+from parley.notifications.messages import RaisedSignal, render, signal_facts, test_facts
 from parley.notifications.models import (
     NotificationAttempt,
     NotificationChannel,
@@ -320,7 +319,7 @@ async def delete_rule(session: AsyncSession, organization_id: str, rule_id: str)
     return rule
 
 
-def rule_matches(rule: NotificationRule, signal: BrainSignal) -> bool:
+def rule_matches(rule: NotificationRule, signal: RaisedSignal) -> bool:
     if rule.signal_type not in ("*", signal.type):
         return False
     return SEVERITY_RANK.get(signal.severity, 0) >= SEVERITY_RANK.get(rule.min_severity, 0)
@@ -347,7 +346,7 @@ async def _throttled(session: AsyncSession, rule: NotificationRule, signal_type:
 
 
 async def notify_signals(
-    session: AsyncSession, signals: Sequence[BrainSignal], *, jobs: JobQueue | None = None
+    session: AsyncSession, signals: Sequence[RaisedSignal], *, jobs: JobQueue | None = None
 ) -> list[str]:
     """Create a pending delivery for every enabled rule a new signal matches; queue them after commit.
 

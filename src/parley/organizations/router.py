@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
 
-from parley.audit.service import describe, set_organization
+from parley.audit.dependencies import describe, set_organization
 from parley.auth.dependencies import CurrentPrincipal, CurrentUser, resolve_membership_role
 from parley.auth.principal import OrgContext
 from parley.auth.roles import Role

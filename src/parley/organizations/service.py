@@ -9,14 +9,13 @@ import structlog
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.auth.models import User
+from parley.auth.models import Membership, Organization, User
 from parley.auth.principal import Principal
 from parley.auth.roles import Role
 from parley.kit.blobs import BlobStore, BlobStoreError
 from parley.kit.db import Base, after_commit, utcnow
 from parley.kit.errors import Conflict, Forbidden, NotFound
 from parley.kit.ids import new_id
-from parley.organizations.models import Membership, Organization
 from parley.organizations.schemas import MemberAdd, MemberOut, OrganizationCreate, OrganizationUpdate
 
 log = structlog.get_logger("parley.organizations")

@@ -8,10 +8,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.calls.filters import as_utc
+from parley.auth.models import Organization
 from parley.kit.db import utcnow
 from parley.kit.errors import BadRequest
-from parley.organizations.models import Organization
+from parley.kit.filters import as_utc
 
 Granularity = Literal["day", "month"]
 DEFAULT_DAYS = 30

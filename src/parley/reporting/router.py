@@ -6,8 +6,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from parley.auth.dependencies import OrgReader
-from parley.calls.filters import Since, Until, text_filter
 from parley.kit.db import DbSession
+from parley.kit.filters import Since, Until, text_filter
 from parley.reporting import service
 from parley.reporting.periods import resolve_range
 from parley.reporting.schemas import CallsSummaryOut

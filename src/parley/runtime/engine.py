@@ -35,8 +35,8 @@ from parley.flows.definition import (
     assigned_variables,
 )
 from parley.flows.expressions import ExpressionError, evaluate
-from parley.flows.templates import TemplateRenderError, render_template
 from parley.kit.metrics import observe_turn
+from parley.kit.templates import TemplateRenderError, render_template
 from parley.runtime.ports import (
     KnowledgeError,
     KnowledgePort,

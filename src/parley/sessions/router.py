@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.auth.principal import OrgContext
 from parley.auth.stream_tokens import issue_stream_token

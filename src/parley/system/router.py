@@ -13,11 +13,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from parley import __version__
 from parley.auth.dependencies import CurrentPrincipal
 from parley.kit.db import Database
+from parley.kit.lifecycle import lifecycle_of
 from parley.kit.metrics import SESSIONS_ACTIVE, exposition
 from parley.kit.responses import JSONBytesResponse
 from parley.sessions.models import ConversationSession
 from parley.system.health import database_health, redis_health
-from parley.system.lifecycle import lifecycle_of
 
 log = structlog.get_logger("parley.system")
 

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe, request_facts
 from parley.auth.dependencies import OrgReader, OrgWriter, PlatformAdmin
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
@@ -372,7 +372,7 @@ async def twilio_voice(request: Request, session: DbSession) -> Response:
         request.url.query,
     )
     if session_id is not None and organization_id is not None:
-        service.audit_webhook(session, request, organization_id, session_id)
+        service.audit_webhook(session, request_facts(request), organization_id, session_id)
     return Response(twiml, media_type="application/xml")
 
 

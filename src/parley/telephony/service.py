@@ -12,13 +12,13 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 import structlog
-from fastapi import Request
 from pydantic import BaseModel
 from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.audit.models import AuditEvent
+from parley.audit import service as audit
+from parley.audit.service import RequestFacts
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
 from parley.auth.stream_tokens import issue_stream_token
@@ -589,27 +589,21 @@ async def answer_twilio_call(
     return twiml_connect(settings, token), organization_id, session_id
 
 
-def audit_webhook(session: AsyncSession, request: Request, organization_id: str, session_id: str) -> None:
+def audit_webhook(
+    session: AsyncSession, request: RequestFacts, organization_id: str, session_id: str
+) -> None:
     """The webhook has no bearer principal, so it records its audit event itself (actor: Twilio)."""
 
     async def write(session: AsyncSession) -> None:
-        client = request.client
-        session.add(
-            AuditEvent(
-                id=new_id("aud"),
-                organization_id=organization_id,
-                actor_type="provider",
-                actor_id="twilio",
-                action="twilio_voice",
-                resource_type="session",
-                resource_id=session_id,
-                method=request.method,
-                path=request.url.path[:500],
-                ip=client.host if client else None,
-                user_agent=(request.headers.get("user-agent") or "")[:300] or None,
-                request_id=getattr(request.state, "request_id", None),
-                details=None,
-            )
+        audit.record(
+            session,
+            request,
+            organization_id=organization_id,
+            actor_type="provider",
+            actor_id="twilio",
+            action="twilio_voice",
+            resource_type="session",
+            resource_id=session_id,
         )
 
     before_commit(session, write)

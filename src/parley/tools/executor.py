@@ -24,11 +24,11 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Settings
-from parley.flows.templates import TemplateRenderError, render_template
 from parley.kit.crypto import RowSecrets, SecretDecryptionError, row_secrets
 from parley.kit.errors import UpstreamError
 from parley.kit.metrics import observe_tool_call
 from parley.kit.outbound import OutboundPolicy, explain, guarded_client, read_limited
+from parley.kit.templates import TemplateRenderError, render_template
 from parley.tools.models import Tool
 from parley.tools.schemas import (
     CONFIG_MODELS,

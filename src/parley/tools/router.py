@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession

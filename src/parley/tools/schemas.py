@@ -7,8 +7,8 @@ import jsonschema
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from parley.flows.templates import template_problems
 from parley.kit.schemas import StrictModel
+from parley.kit.templates import template_problems
 
 ToolType = Literal["http", "order_lookup", "knowledge_search", "end_session", "transfer"]
 ToolName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["order_lookup"])]

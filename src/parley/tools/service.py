@@ -3,6 +3,7 @@ from flows kept intact (a tool a flow draft uses cannot be renamed or deleted)."
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -111,17 +112,22 @@ async def create_tool(
     return tool
 
 
-async def flows_using(session: AsyncSession, organization_id: str, tool: Tool) -> list[str]:
-    """Ids of flows whose draft refers to ``tool`` (by name or id)."""
-    from parley.flows.models import Flow
-    from parley.flows.service import referenced_tools
+ToolUsers = Callable[[AsyncSession, str, Tool], Awaitable[list[str]]]
+_tool_users: list[ToolUsers] = []
 
-    rows = await session.execute(
-        select(Flow.id, Flow.definition).where(Flow.organization_id == organization_id)
-    )
-    return [
-        flow_id for flow_id, definition in rows.all() if {tool.id, tool.name} & referenced_tools(definition)
-    ]
+
+def count_tool_users(finder: ToolUsers) -> None:
+    """A package that refers to tools by name or id (flows) says which of its rows use a tool, so a
+    tool in use is never renamed or deleted; tools never import the packages that use them."""
+    _tool_users.append(finder)
+
+
+async def flows_using(session: AsyncSession, organization_id: str, tool: Tool) -> list[str]:
+    """Ids of the rows (flow drafts) that refer to ``tool`` by name or id."""
+    found: list[str] = []
+    for finder in _tool_users:
+        found += await finder(session, organization_id, tool)
+    return found
 
 
 async def update_tool(

@@ -6,11 +6,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from starlette.responses import Response
 
-from parley.audit.service import describe
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgWriter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import PayloadTooLarge, documented
+from parley.voice import checks as _checks  # noqa: F401  (registers the offline engines' provider checks)
 from parley.voice import registry, service
 from parley.voice.schemas import SttOut, TtsIn
 

@@ -29,11 +29,11 @@ from parley.calls.service import attach_voice, call_of_session, recording_blob_k
 from parley.flows.definition import CollectNode, FlowDefinition
 from parley.kit.errors import NotFound, ParleyError
 from parley.kit.jobs import runner_for
+from parley.kit.lifecycle import lifecycle_of
 from parley.runtime.state import ConversationState
 from parley.sessions import locks, service
 from parley.sessions.registry import ControlMessage, registry_for
 from parley.sessions.service import SessionEnded
-from parley.system.lifecycle import lifecycle_of
 from parley.voice import registry
 from parley.voice.engines.base import SttEngine, TtsEngine, Vad
 from parley.voice.engines.vad import WebRtcVad

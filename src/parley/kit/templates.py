@@ -1,4 +1,4 @@
-"""Text templates of flows (Jinja2 in a sandbox), shared by validation and the runtime.
+"""Text templates (Jinja2 in a sandbox), shared by flows, tools and the runtime.
 
 Templates are rendered by :func:`render_template` in Jinja2's ``SandboxedEnvironment``. Private and
 internal attributes (``''.__class__``, ``x.__init__.__globals__``, ``'{0.__class__}'.format(x)``) raise

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from parley.calls import rules
+from parley.brain import rules
 from parley.calls.contracts import CallRecordIn
 from tests.calls.helpers import START, make_record, order_lookup, turns
 

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.app import create_app
-from parley.calls.sentiment import MIN_CONFIDENCE, SENTIMENT_JOB, caller_text, parse_verdict
+from parley.brain.sentiment import MIN_CONFIDENCE, SENTIMENT_JOB, caller_text, parse_verdict
 from parley.calls.service import record_call
 from parley.config import Settings
 from parley.kit.db import Database

@@ -1,7 +1,8 @@
 """The LLM sentiment classifier behind the ``negative_sentiment`` signal (when a provider is configured).
 
-``record_call`` raises the keyword rule's signal at once; when the organization has an ``openai``
-provider it also queues :data:`SENTIMENT_JOB` after the commit. The job sends the caller's turns to
+The keyword rule raises its signal when the call is stored; when the organization has an ``openai``
+provider the brain also queues :data:`SENTIMENT_JOB` after the commit (the job is
+:func:`parley.brain.tasks.classify_call`). The job sends the caller's turns to
 the provider with a strict JSON-output prompt, parses the answer defensively, and when the caller is
 negative with a confidence of at least :data:`MIN_CONFIDENCE` it raises the ``negative_sentiment``
 signal, or upgrades the keyword rule's signal of that call instead of adding a second one.
@@ -21,26 +22,17 @@ from typing import Any
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.brain.models import BrainSignal
-from parley.calls.models import Call
 from parley.config import Settings
-from parley.kit.errors import ParleyError
-from parley.kit.ids import new_id
-from parley.kit.jobs import JobContext, Payload, registry, runner_for
 from parley.kit.tenancy import scoped
 from parley.llm.client import Completion
-from parley.llm.models import LLMUsage
 from parley.llm.service import ResolvedProvider, client_for
-from parley.notifications.service import notify_signals
 from parley.providers.catalog import OpenAIConfig
 from parley.providers.models import ProviderConfig
 from parley.providers.service import get_spec, load_config
 
-log = structlog.get_logger("parley.calls.sentiment")
+log = structlog.get_logger("parley.brain.sentiment")
 
 SENTIMENT_JOB = "calls.classify_sentiment"
 PROVIDER = "openai"
@@ -144,7 +136,9 @@ async def has_provider(session: AsyncSession, organization_id: str) -> bool:
     return await session.scalar(stmt.with_only_columns(ProviderConfig.id)) is not None
 
 
-async def _provider(session: AsyncSession, settings: Settings, organization_id: str) -> OpenAIConfig | None:
+async def provider_config(
+    session: AsyncSession, settings: Settings, organization_id: str
+) -> OpenAIConfig | None:
     row = await session.scalar(
         scoped(ProviderConfig, organization_id).where(ProviderConfig.provider_key == PROVIDER)
     )
@@ -158,119 +152,8 @@ async def _provider(session: AsyncSession, settings: Settings, organization_id: 
     return config if isinstance(config, OpenAIConfig) else None
 
 
-async def _llm_signal(session: AsyncSession, call: Call) -> BrainSignal | None:
-    """The rule's ``negative_sentiment`` signal of the call (keyword or LLM), if any."""
-    rows = await session.scalars(
-        scoped(BrainSignal, call.organization_id)
-        .where(
-            BrainSignal.call_id == call.id,
-            BrainSignal.type == SIGNAL_TYPE,
-            BrainSignal.source == "rule",
-        )
-        .order_by(BrainSignal.id)
-    )
-    return rows.first()
-
-
-async def _ask(settings: Settings, config: OpenAIConfig, text: str) -> Completion:
+async def ask(settings: Settings, config: OpenAIConfig, text: str) -> Completion:
     provider = ResolvedProvider(PROVIDER, config.base_url, config.api_key.get_secret_value(), config.model)
     client, http = client_for(settings, provider)
     async with http:
         return await client.complete(request_payload(config.model, text))
-
-
-async def classify_call(ctx: JobContext, payload: Payload) -> None:
-    """The job: classify one call's caller turns and raise or upgrade its sentiment signal."""
-    call_id = str(payload.get("call_id") or "")
-    settings: Settings = ctx.settings
-    # Read, then talk to the model without holding a transaction, then write briefly.
-    async with ctx.db.sessionmaker() as session:
-        call = await session.scalar(select(Call).where(Call.id == call_id))
-        if call is None:
-            return  # deleted in the meantime
-        existing = await _llm_signal(session, call)
-        if existing is not None and existing.details.get("method") == "llm":
-            return  # already classified
-        config = await _provider(session, settings, call.organization_id)
-        text = caller_text(call.transcript)
-        organization_id = call.organization_id
-    if config is None or not text:
-        return
-    try:
-        completion = await _ask(settings, config, text)
-    except ParleyError as exc:
-        log.warning("sentiment_llm_failed", call_id=call_id, error_type=type(exc).__name__, reason=exc.detail)
-        return
-    verdict = parse_verdict(completion.content)
-    if verdict is None:
-        log.warning("sentiment_llm_unparsable", call_id=call_id)
-    async with ctx.db.write_sessionmaker() as session:
-        session.info["jobs"] = runner_for(ctx.state)  # notification deliveries for the new signal
-        try:
-            session.add(
-                LLMUsage(
-                    id=new_id("llmu"),
-                    organization_id=organization_id,
-                    provider=PROVIDER,
-                    model=(completion.model or config.model)[:120],
-                    source=USAGE_SOURCE,
-                    prompt_tokens=completion.usage.prompt_tokens,
-                    completion_tokens=completion.usage.completion_tokens,
-                    actor_id=None,
-                )
-            )
-            if verdict is not None and verdict.negative:
-                await _raise_signal(session, call_id, verdict)
-            await session.commit()
-        except SQLAlchemyError as exc:  # e.g. the organization was deleted meanwhile
-            await session.rollback()
-            log.warning("sentiment_store_failed", call_id=call_id, error_type=type(exc).__name__)
-            return
-        for callback in session.info.pop("after_commit", []):
-            await callback()
-    log.info(
-        "sentiment_classified",
-        call_id=call_id,
-        sentiment=verdict.sentiment if verdict else None,
-        confidence=verdict.confidence if verdict else None,
-    )
-
-
-async def _raise_signal(session: AsyncSession, call_id: str, verdict: Verdict) -> None:
-    call = await session.scalar(select(Call).where(Call.id == call_id))
-    if call is None:
-        return
-    details: dict[str, Any] = {
-        "method": "llm",
-        "confidence": round(verdict.confidence, 3),
-        "reason": verdict.reason,
-    }
-    existing = await _llm_signal(session, call)
-    if existing is not None:
-        if existing.details.get("method") == "llm":
-            return
-        # The keyword rule already raised it: upgrade its details, keeping the matched turns.
-        keyword_turns = existing.details.get("turns")
-        existing.details = {**details, "keyword_turns": keyword_turns} if keyword_turns else details
-    else:
-        raised = BrainSignal(
-            id=new_id("sig"),
-            organization_id=call.organization_id,
-            call_id=call.id,
-            flow_id=call.flow_id,
-            type=SIGNAL_TYPE,
-            severity=SIGNAL_SEVERITY,
-            status="open",
-            source="rule",
-            details=details,
-            occurred_at=call.ended_at,
-        )
-        session.add(raised)
-        call.has_signals = True
-        call.signal_types = sorted({*call.signal_types, SIGNAL_TYPE})
-        await session.flush()
-        await notify_signals(session, [raised])
-    await session.flush()
-
-
-registry.register(SENTIMENT_JOB, classify_call)
