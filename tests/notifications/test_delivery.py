@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from parley.calls.service import record_call
 from parley.kit.db import utcnow
 from parley.kit.jobs import runner_for
-from parley.notifications.jobs import deliver, unfinished
+from parley.notifications.tasks import deliver, unfinished
 from parley.notifications.models import NotificationDelivery
 from parley.notifications.service import DELIVER_JOB
 from tests.calls.helpers import flow_signal, make_record

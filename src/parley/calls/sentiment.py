@@ -30,7 +30,7 @@ from parley.calls.models import Call
 from parley.config import Settings
 from parley.kit.errors import ParleyError
 from parley.kit.ids import new_id
-from parley.kit.jobs import JobContext, Payload, registry, runner_for
+from parley.kit.jobs import JobContext, Payload, registry
 from parley.kit.tenancy import scoped
 from parley.llm.client import Completion
 from parley.llm.models import LLMUsage
@@ -184,7 +184,7 @@ async def classify_call(ctx: JobContext, payload: Payload) -> None:
     call_id = str(payload.get("call_id") or "")
     settings: Settings = ctx.settings
     # Read, then talk to the model without holding a transaction, then write briefly.
-    async with ctx.db.sessionmaker() as session:
+    async with ctx.unit(write=False) as session:
         call = await session.scalar(select(Call).where(Call.id == call_id))
         if call is None:
             return  # deleted in the meantime
@@ -204,9 +204,8 @@ async def classify_call(ctx: JobContext, payload: Payload) -> None:
     verdict = parse_verdict(completion.content)
     if verdict is None:
         log.warning("sentiment_llm_unparsable", call_id=call_id)
-    async with ctx.db.write_sessionmaker() as session:
-        session.info["jobs"] = runner_for(ctx.state)  # notification deliveries for the new signal
-        try:
+    try:
+        async with ctx.unit() as session:  # notification deliveries for the new signal queue after commit
             session.add(
                 LLMUsage(
                     id=new_id("llmu"),
@@ -221,13 +220,9 @@ async def classify_call(ctx: JobContext, payload: Payload) -> None:
             )
             if verdict is not None and verdict.negative:
                 await _raise_signal(session, call_id, verdict)
-            await session.commit()
-        except SQLAlchemyError as exc:  # e.g. the organization was deleted meanwhile
-            await session.rollback()
-            log.warning("sentiment_store_failed", call_id=call_id, error_type=type(exc).__name__)
-            return
-        for callback in session.info.pop("after_commit", []):
-            await callback()
+    except SQLAlchemyError as exc:  # e.g. the organization was deleted meanwhile
+        log.warning("sentiment_store_failed", call_id=call_id, error_type=type(exc).__name__)
+        return
     log.info(
         "sentiment_classified",
         call_id=call_id,

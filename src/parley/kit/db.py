@@ -224,6 +224,12 @@ async def _finish(session: AsyncSession) -> None:
         await callback()
 
 
+async def checkpoint(session: AsyncSession) -> None:
+    """Commit what a unit of work has written so far and go on in a new transaction; its hooks wait for
+    the end. For a lease other processes must see before the unit talks to the outside world."""
+    await session.run_sync(_commit)
+
+
 @asynccontextmanager
 async def unit_of_work(
     database: Database, *, write: bool = True, jobs: Any = None, info: dict[str, Any] | None = None
@@ -238,6 +244,7 @@ async def unit_of_work(
     async with maker() as session:
         if info is not None:
             session.sync_session.info = info
+        session.info["database"] = database
         if jobs is not None:
             session.info["jobs"] = jobs
         try:
@@ -247,6 +254,24 @@ async def unit_of_work(
             raise
         if write:
             await _finish(session)
+
+
+@asynccontextmanager
+async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
+    """A read beside ``session``'s unit of work, in a session of its own that gives its connection back
+    when the block ends: for look-ups before outbound I/O (a turn's tools, its model), so no
+    transaction or pool connection is held while the outside world answers.
+
+    A bare session (not opened by a unit of work) has no database to open another from: the block
+    then runs in a savepoint of ``session`` itself, so a failure inside cannot spoil its transaction.
+    """
+    database: Database | None = session.info.get("database")
+    if database is None:
+        async with session.begin_nested():
+            yield session
+        return
+    async with unit_of_work(database, write=False) as reader:
+        yield reader
 
 
 def _jobs_of(request: Request) -> Any:
@@ -268,7 +293,7 @@ class RequestUnit:
     def __init__(self, request: Request) -> None:
         self.database: Database = request.app.state.db
         self.write = request.method not in SAFE_METHODS
-        self.info: dict[str, Any] = {"jobs": _jobs_of(request)}
+        self.info: dict[str, Any] = {"jobs": _jobs_of(request), "database": self.database}
         self.reader: AsyncSession | None = None
         self.writer: AsyncSession | None = None
         self.done = False
@@ -284,7 +309,7 @@ class RequestUnit:
     def open_reader(self) -> AsyncSession:
         if self.reader is None:
             self.reader = self.database.sessionmaker()
-            self.reader.info["jobs"] = self.info["jobs"]
+            self.reader.info.update(jobs=self.info["jobs"], database=self.database)
         return self.reader
 
     def open_writer(self) -> AsyncSession:
