@@ -59,6 +59,7 @@ from parley.tools.router import router as tools_router
 from parley.voice.router import router as inference_router
 from parley.voice.transport_twilio import router as twilio_media_router
 from parley.voice.transport_ws import router as session_audio_router
+from parley.worker import load_tasks
 
 DESCRIPTION = (
     "Parley's platform API: organizations, API keys, flows, tools, knowledge, sessions, calls and more. "
@@ -109,6 +110,7 @@ def _operation_id(route: APIRoute) -> str:
 def create_app(settings: Settings | None = None, *, database: Database | None = None) -> FastAPI:
     """Build the platform app. ``database`` lets tests hand in a connection-bound session factory."""
     settings = prepare_settings(settings)
+    load_tasks()  # the job handlers the in-process runner may run (parley/worker.py lists them)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

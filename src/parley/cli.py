@@ -297,8 +297,8 @@ def worker(
 
     from parley.kit.logging import configure_logging
     from parley.kit.migrate import is_current
-    from parley.kit.queue import run_worker
     from parley.kit.redis import redacted_url
+    from parley.worker import run as run_worker
 
     configure_logging(settings.log_level, settings.log_json)
     with _database_errors(settings):

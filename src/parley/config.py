@@ -60,6 +60,20 @@ class Settings(BaseSettings):
     db_busy_timeout: float = Field(
         default=10.0, gt=0, le=600, description="SQLite: seconds a writer waits for the write lock."
     )
+    turn_slots_per_organization: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Conversation turns of one organization running at once in a process; 0: 4 on "
+        "SQLite, the pool size minus 2 on PostgreSQL. More wait in line (one organization's slow "
+        "tools cannot take every other organization's turns).",
+    )
+    request_body_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds a client may take to send a request's whole body; slower: 408.",
+    )
     db_pool_recycle: float = Field(
         default=1800.0, gt=0, description="Seconds after which a pooled connection is replaced."
     )

@@ -10,7 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage
-from parley.channels.whatsapp import SEND_JOB, _recover_sends
+from parley.channels.tasks import recover_sends as _recover_sends
+from parley.channels.whatsapp import SEND_JOB
 from parley.kit.jobs import JobContext
 from tests.channels.conftest import (
     ACCESS_TOKEN,

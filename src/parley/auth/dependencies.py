@@ -18,7 +18,7 @@ from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
 from parley.auth.service import API_KEY_PREFIX, principal_from_api_key, user_from_claims
 from parley.auth.tokens import TokenVerifier
-from parley.kit.db import DbSession
+from parley.kit.db import ReadSession
 from parley.kit.errors import BadRequest, Forbidden, NotFound, TooManyRequests, Unauthorized
 from parley.kit.ratelimit import RateLimiter
 
@@ -28,7 +28,7 @@ bearer_scheme = HTTPBearer(bearerFormat="JWT", auto_error=False, description="JW
 
 async def get_principal(
     request: Request,
-    session: DbSession,
+    session: ReadSession,
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> Principal:
     header = request.headers.get("authorization")
@@ -66,7 +66,7 @@ CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
 async def resolve_membership_role(
-    session: DbSession, principal: Principal, organization_id: str
+    session: ReadSession, principal: Principal, organization_id: str
 ) -> Role | None:
     if principal.kind == "api_key":
         return principal.api_key_role() if principal.api_key_organization_id == organization_id else None
@@ -78,7 +78,7 @@ async def resolve_membership_role(
     return Role(role) if role is not None else None
 
 
-async def get_org_context(request: Request, session: DbSession, principal: CurrentPrincipal) -> OrgContext:
+async def get_org_context(request: Request, session: ReadSession, principal: CurrentPrincipal) -> OrgContext:
     requested = request.headers.get("x-organization-id", "").strip() or None
     if principal.kind == "api_key":
         organization_id = principal.api_key_organization_id

@@ -29,7 +29,7 @@ from parley.calls.contracts import SignalledCalls
 from parley.config import Settings
 from parley.kit.errors import ParleyError
 from parley.kit.ids import new_id
-from parley.kit.jobs import JobContext, JobHandler, Payload, runner_for
+from parley.kit.jobs import JobContext, JobHandler, Payload
 from parley.kit.tenancy import scoped
 from parley.llm.models import LLMUsage
 
@@ -55,7 +55,7 @@ async def classify_call(ctx: JobContext, payload: Payload, calls: SignalledCalls
     call_id = str(payload.get("call_id") or "")
     settings: Settings = ctx.settings
     # Read, then talk to the model without holding a transaction, then write briefly.
-    async with ctx.db.sessionmaker() as session:
+    async with ctx.unit(write=False) as session:
         call = await calls.facts(session, call_id)
         if call is None:
             return  # deleted in the meantime
@@ -75,9 +75,8 @@ async def classify_call(ctx: JobContext, payload: Payload, calls: SignalledCalls
     verdict = parse_verdict(completion.content)
     if verdict is None:
         log.warning("sentiment_llm_unparsable", call_id=call_id)
-    async with ctx.db.write_sessionmaker() as session:
-        session.info["jobs"] = runner_for(ctx.state)  # notification deliveries for the new signal
-        try:
+    try:
+        async with ctx.unit() as session:  # notification deliveries for the new signal queue after commit
             session.add(
                 LLMUsage(
                     id=new_id("llmu"),
@@ -92,13 +91,9 @@ async def classify_call(ctx: JobContext, payload: Payload, calls: SignalledCalls
             )
             if verdict is not None and verdict.negative:
                 await _raise_signal(session, calls, call_id, verdict)
-            await session.commit()
-        except SQLAlchemyError as exc:  # e.g. the organization was deleted meanwhile
-            await session.rollback()
-            log.warning("sentiment_store_failed", call_id=call_id, error_type=type(exc).__name__)
-            return
-        for callback in session.info.pop("after_commit", []):
-            await callback()
+    except SQLAlchemyError as exc:  # e.g. the organization was deleted meanwhile
+        log.warning("sentiment_store_failed", call_id=call_id, error_type=type(exc).__name__)
+        return
     log.info(
         "sentiment_classified",
         call_id=call_id,

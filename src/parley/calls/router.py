@@ -7,7 +7,6 @@ from fastapi.responses import StreamingResponse
 
 from parley.auth.dependencies import OrgReader
 from parley.calls import service
-from parley.calls import tasks as _tasks  # noqa: F401  (registers the brain's sentiment job)
 from parley.calls.filters import CallFilter
 from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSummaryOut

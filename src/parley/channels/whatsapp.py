@@ -13,11 +13,9 @@ throttling codes) are retried with backoff; permanent ones are recorded on the m
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import orjson
@@ -38,9 +36,8 @@ from parley.kit.crypto import constant_time_equals, sha256_hex
 from parley.kit.db import utcnow
 from parley.kit.errors import BadRequest, Forbidden, ParleyError
 from parley.kit.ids import new_id
-from parley.kit.jobs import JobContext, enqueue_after_commit, registry, runner_for
+from parley.kit.jobs import JobContext, enqueue_after_commit
 from parley.kit.outbound import BlockedDestination, OutboundPolicy, explain, guarded_client, read_limited
-from parley.sessions import locks
 from parley.sessions import service as sessions
 from parley.sessions.models import ConversationSession
 from parley.sessions.schemas import MAX_MESSAGE_CHARS, SessionCreate
@@ -234,7 +231,7 @@ def _chunks(text: str) -> list[str]:
     return [text[i : i + MAX_TEXT] for i in range(0, len(text), MAX_TEXT)] if text else []
 
 
-async def _open_session_id(session: AsyncSession, account_id: str, wa_id: str) -> str | None:
+async def open_session_id(session: AsyncSession, account_id: str, wa_id: str) -> str | None:
     """The sender's conversation on this account that is still going, if any."""
     return await session.scalar(
         select(ConversationSession.id)
@@ -250,131 +247,112 @@ async def _open_session_id(session: AsyncSession, account_id: str, wa_id: str) -
     )
 
 
-async def _run_turn(
-    session: AsyncSession,
-    settings: Settings,
+async def _turn(
+    context: JobContext,
+    message_id: str,
     account: WhatsAppAccount,
-    message: WhatsAppMessage,
+    text: str,
     open_id: str | None,
 ) -> tuple[str | None, list[str], str, str | None]:
-    """Answer one inbound message: (session id, reply texts, status, error)."""
-    if message.text is None:
-        return None, [account.unsupported_reply or DEFAULT_UNSUPPORTED_REPLY], "processed", None
-    context = _context(account)
-    text = message.text[:MAX_MESSAGE_CHARS]  # what a session takes per turn
+    """Answer one inbound message: (session id, reply texts, status, error).
+
+    Each step commits through a unit of work of its own and every turn runs with no transaction
+    open. The replies of the last turn are stored by :func:`answer` in that turn's unit.
+    """
+    settings: Settings = context.settings
+    org = _context(account)
     if open_id is not None:
         try:
-            row, result = await sessions.send_message(session, settings, context, open_id, text)
+            async with context.unit() as session:
+                row, result = await sessions.send_message(session, settings, org, open_id, text)
+                await _finish_message(session, message_id, account, row.id, [result.text])
             return row.id, [result.text], "processed", None
         except sessions.SessionEnded:
             pass  # it ended meanwhile (idle sweeper): the message starts a new conversation
-    flow_id = await routing.resolve_flow(
-        session, account.organization_id, kind="whatsapp", address=account.id
-    )
+    async with context.unit(write=False) as reader:
+        flow_id = await routing.resolve_flow(
+            reader, account.organization_id, kind="whatsapp", address=account.id
+        )
     if flow_id is None:
-        log.warning("whatsapp_no_route", account_id=account.id, message_id=message.id)
+        log.warning("whatsapp_no_route", account_id=account.id, message_id=message_id)
         return None, [], "ignored", "No route answers this WhatsApp account now."
-    data = SessionCreate(
-        flow_id=flow_id, channel="whatsapp", caller=message.wa_id, callee=account.display_phone_number[:40]
-    )
-    row, opening = await sessions.create_session(session, settings, context, data)
-    replies = [opening.text]
-    if row.status == "active":
-        row, result = await sessions.send_message(session, settings, context, row.id, text)
-        replies.append(result.text)
-    return row.id, replies, "processed", None
-
-
-async def _commit(session: AsyncSession) -> None:
-    """Commit like a request does: before-commit hooks, the commit, then after-commit callbacks."""
-    for hook in session.info.pop("before_commit", []):
-        await hook(session)
-    await session.commit()
-    for callback in session.info.pop("after_commit", []):
-        await callback()
-
-
-async def _mark(context: JobContext, message_id: str, status: str, error: str) -> None:
-    async with context.db.write_sessionmaker() as session:
+    async with context.unit() as session:
         message = await session.get(WhatsAppMessage, message_id)
-        if message is not None and message.status == "received":
-            message.status, message.error, message.processed_at = status, error[:500], utcnow()
-            await session.commit()
+        if message is None or message.status != "received":
+            return None, [], "skipped", None
+        data = SessionCreate(
+            flow_id=flow_id,
+            channel="whatsapp",
+            caller=message.wa_id,
+            callee=account.display_phone_number[:40],
+        )
+        row, opening = await sessions.create_session(session, settings, org, data)
+        # Linked at once: a retry after a crash continues this session instead of starting another.
+        message.session_id = row.id
+        if row.status != "active":
+            await _finish_message(session, message_id, account, row.id, [opening.text])
+            return row.id, [opening.text], "processed", None
+    async with context.unit() as session:
+        row, result = await sessions.send_message(session, settings, org, row.id, text)
+        await _finish_message(session, message_id, account, row.id, [opening.text, result.text])
+    return row.id, [opening.text, result.text], "processed", None
 
 
-async def _recover_inbound(session: AsyncSession) -> list[dict[str, Any]]:
-    rows = await session.scalars(
-        select(WhatsAppMessage.id)
-        .where(WhatsAppMessage.direction == "in", WhatsAppMessage.status == "received")
-        .order_by(WhatsAppMessage.created_at)
-        .limit(1000)
+async def _finish_message(
+    session: AsyncSession,
+    message_id: str,
+    account: WhatsAppAccount,
+    session_id: str | None,
+    replies: list[str],
+    status: str = "processed",
+    error: str | None = None,
+) -> None:
+    """Store the replies as pending outbound messages and mark the inbound one, in ``session``."""
+    message = await session.get(WhatsAppMessage, message_id)
+    if message is None:
+        return
+    chunks = [chunk for reply in replies for chunk in _chunks(reply)]
+    session.add_all(
+        WhatsAppMessage(
+            id=new_id("wam"),
+            organization_id=account.organization_id,
+            account_id=account.id,
+            direction="out",
+            wa_id=message.wa_id,
+            type="text",
+            text=chunk,
+            status="pending",
+            session_id=session_id,
+            reply_to_id=message.id,
+            position=position,
+            attempts=0,
+        )
+        for position, chunk in enumerate(chunks)
     )
-    return [{"message_id": message_id} for message_id in rows]
+    message.status, message.session_id, message.error = status, session_id, error
+    message.processed_at = utcnow()
+    await session.flush()
 
 
-@registry.handler(INBOUND_JOB, recover=_recover_inbound)
-async def handle_inbound(context: JobContext, payload: dict[str, Any]) -> None:
-    """Run the turn for one inbound message (once: a processed message is skipped), then send replies."""
-    message_id = str(payload["message_id"])
-    async with context.db.sessionmaker() as reader:
+async def answer(context: JobContext, message_id: str, account_id: str, open_id: str | None) -> bool:
+    """The turn, with its pending replies committed in the turn's unit; False when nothing to do."""
+    async with context.unit(write=False) as reader:
         message = await reader.get(WhatsAppMessage, message_id)
-        if message is None or message.direction != "in" or message.status != "received":
-            return
-        account_id, wa_id = message.account_id, message.wa_id
-    # One sender's messages on one account are answered one after another, in order; the open
-    # session is looked up under that lock, so two quick messages cannot start two sessions.
-    async with locks.hold(f"whatsapp:{account_id}:{wa_id}"), contextlib.AsyncExitStack() as stack:
-        async with context.db.sessionmaker() as reader:
-            open_id = await _open_session_id(reader, account_id, wa_id)
-        if open_id is not None:
-            await stack.enter_async_context(locks.hold(open_id))  # beside the idle sweeper
-        try:
-            answered = await _answer(context, message_id, account_id, open_id)
-        except ParleyError as exc:
-            log.warning("whatsapp_turn_failed", message_id=message_id, reason=exc.detail)
-            await _mark(context, message_id, "failed", exc.detail)
-            return
-        except Exception as exc:
-            log.error("whatsapp_turn_failed", message_id=message_id, error_type=type(exc).__name__)
-            await _mark(context, message_id, "failed", "The turn failed unexpectedly.")
-            return
-        if answered:
-            await deliver(context, message_id)
-
-
-async def _answer(context: JobContext, message_id: str, account_id: str, open_id: str | None) -> bool:
-    """The turn and its pending replies, committed together; False when there was nothing to do."""
-    async with context.db.write_sessionmaker() as session:
-        session.info["jobs"] = runner_for(context.state)
-        message = await session.get(WhatsAppMessage, message_id)
-        account = await session.get(WhatsAppAccount, account_id)
+        account = await reader.get(WhatsAppAccount, account_id)
         if message is None or account is None or message.status != "received":
             return False
-        session_id, replies, status, error = await _run_turn(
-            session, context.settings, account, message, open_id
-        )
-        chunks = [chunk for reply in replies for chunk in _chunks(reply)]
-        session.add_all(
-            WhatsAppMessage(
-                id=new_id("wam"),
-                organization_id=account.organization_id,
-                account_id=account.id,
-                direction="out",
-                wa_id=message.wa_id,
-                type="text",
-                text=chunk,
-                status="pending",
-                session_id=session_id,
-                reply_to_id=message.id,
-                position=position,
-                attempts=0,
-            )
-            for position, chunk in enumerate(chunks)
-        )
-        message.status, message.session_id, message.error = status, session_id, error
-        message.processed_at = utcnow()
-        await session.flush()
-        await _commit(session)
+        text = message.text
+    if text is None:
+        async with context.unit() as session:
+            reply = account.unsupported_reply or DEFAULT_UNSUPPORTED_REPLY
+            await _finish_message(session, message_id, account, None, [reply])
+        return True
+    _, _, status, error = await _turn(context, message_id, account, text[:MAX_MESSAGE_CHARS], open_id)
+    if status == "skipped":
+        return False
+    if status != "processed":
+        async with context.unit() as session:
+            await _finish_message(session, message_id, account, None, [], status, error)
     return True
 
 
@@ -438,7 +416,7 @@ async def send_text(
 async def deliver(context: JobContext, reply_to_id: str) -> int:
     """Send the pending replies to one inbound message, in order; answers how many were sent."""
     settings: Settings = context.settings
-    async with context.db.sessionmaker() as reader:
+    async with context.unit(write=False) as reader:
         outgoing = (
             await reader.scalars(
                 select(WhatsAppMessage)
@@ -485,7 +463,7 @@ async def deliver(context: JobContext, reply_to_id: str) -> int:
                     attempts=attempts,
                     reason=outcome.error,
                 )
-            async with context.db.write_sessionmaker() as session:
+            async with context.unit() as session:
                 row = await session.get(WhatsAppMessage, message.id)
                 if row is None:
                     continue
@@ -496,21 +474,4 @@ async def deliver(context: JobContext, reply_to_id: str) -> int:
                     sent += 1
                 else:
                     row.status, row.error = "failed", (outcome.error or "failed")[:500]
-                await session.commit()
     return sent
-
-
-async def _recover_sends(session: AsyncSession) -> list[dict[str, Any]]:
-    rows = await session.scalars(
-        select(WhatsAppMessage.reply_to_id)
-        .where(WhatsAppMessage.direction == "out", WhatsAppMessage.status == "pending")
-        .distinct()
-        .limit(1000)
-    )
-    return [{"reply_to_id": reply_to_id} for reply_to_id in rows if reply_to_id]
-
-
-@registry.handler(SEND_JOB, recover=_recover_sends)
-async def handle_send(context: JobContext, payload: dict[str, Any]) -> None:
-    """Send replies left pending (a restart between the turn and the send)."""
-    await deliver(context, str(payload["reply_to_id"]))

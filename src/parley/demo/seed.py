@@ -21,7 +21,7 @@ from parley.demo.flows import order_status_flow
 from parley.flows import service as flows
 from parley.flows.models import Flow
 from parley.flows.schemas import FlowCreate, FlowUpdate
-from parley.kit.db import Database
+from parley.kit.db import Database, unit_of_work
 from parley.kit.ids import new_id
 from parley.tools import service as tools
 from parley.tools.models import Tool
@@ -136,7 +136,7 @@ async def run_seed(
     """Seed in one transaction of its own."""
     database = Database.from_url(settings.resolved_database_url, pool_size=1)
     try:
-        async with database.write_sessionmaker() as session:
+        async with unit_of_work(database) as session:
             result = await seed_demo(
                 session,
                 settings,
@@ -144,7 +144,6 @@ async def run_seed(
                 connector_url=connector_url,
                 connector_key=connector_key,
             )
-            await session.commit()
-            return result
+        return result
     finally:
         await database.dispose()

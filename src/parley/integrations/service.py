@@ -44,7 +44,7 @@ from parley.integrations.schemas import (
     ProviderOut,
 )
 from parley.kit.crypto import mask, row_secrets, sha256_hex
-from parley.kit.db import Database, utcnow
+from parley.kit.db import Database, unit_of_work, utcnow
 from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyError
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy
@@ -738,7 +738,7 @@ async def access_token_for(
     """
     connection_id = connection if isinstance(connection, str) else connection.id
     if not force:
-        async with db.sessionmaker() as session:
+        async with unit_of_work(db, write=False) as session:
             row = await session.get(IntegrationConnection, connection_id)
             if row is None:
                 raise NotFound(f"Connection {connection_id!r} was not found.")
@@ -747,15 +747,17 @@ async def access_token_for(
                 access = row_secrets(settings, row).open_or_none("access_token", row.access_token)
                 if access is not None:
                     return AccessToken(access, row.token_type, row.expires_at, refreshed=False)
-    async with refresh_lock(connection_id), db.write_sessionmaker() as session:
-        try:
-            _, token = await refresh_locked(
-                session, settings, None, connection_id, force=force, margin=margin
-            )
-        except oauth.OAuthProviderError:
-            await session.commit()  # keeps the refresh_failed mark
-            raise
-        await session.commit()
+    async with refresh_lock(connection_id):
+        failure: oauth.OAuthProviderError | None = None
+        async with unit_of_work(db) as session:
+            try:
+                _, token = await refresh_locked(
+                    session, settings, None, connection_id, force=force, margin=margin
+                )
+            except oauth.OAuthProviderError as exc:
+                failure = exc  # the unit still commits: it keeps the refresh_failed mark
+        if failure is not None:
+            raise failure
         return token
 
 
@@ -774,7 +776,7 @@ async def expiring_connection_ids(session: AsyncSession, margin: float) -> list[
 async def refresh_expiring(db: Database, settings: Settings) -> tuple[int, int]:
     """Refresh every active connection whose token expires within the margin; (refreshed, failed)."""
     margin = settings.integrations_refresh_margin_seconds
-    async with db.sessionmaker() as session:
+    async with unit_of_work(db, write=False) as session:
         ids = await expiring_connection_ids(session, margin)
     refreshed = failed = 0
     for connection_id in ids:

@@ -3,11 +3,13 @@
 One transaction per request: the ``get_session`` dependency opens it and commits after the handler
 returns (before the response is sent, so a failed commit is an error response, never a silent loss).
 Services only ``flush``. Callbacks registered with :func:`after_commit` (job enqueues) run after it.
+Every commit of the platform goes through :func:`unit_of_work` (the request dependency builds on it).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,7 +18,7 @@ from fastapi import Depends, Request
 from sqlalchemy import DateTime, MetaData, String, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 if TYPE_CHECKING:
@@ -173,16 +175,103 @@ BeforeCommit = Callable[[AsyncSession], Awaitable[None]]
 
 
 def before_commit(session: AsyncSession, hook: BeforeCommit) -> None:
-    """Run ``hook`` inside the request's transaction, just before it commits (e.g. the audit event)."""
+    """Run ``hook`` inside the unit of work's transaction, just before it commits (e.g. the audit event)."""
     session.info.setdefault("before_commit", []).append(hook)
 
 
 def after_commit(session: AsyncSession, callback: AfterCommit) -> None:
-    """Run ``callback`` once the request's transaction has committed (e.g. to enqueue a job)."""
+    """Run ``callback`` once the unit of work has committed (e.g. to enqueue a job)."""
     session.info.setdefault("after_commit", []).append(callback)
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+# --- the unit of work ---------------------------------------------------------------------------
+#
+# The one place that commits. Every entry point (a request, a streamed turn, a voice call, a webhook,
+# a job, the sweeper, the seed) writes through ``unit_of_work``: open a session, let the caller work,
+# run the before-commit hooks, commit, run the after-commit hooks; roll back on any error.
+
+
+def _commit(session: Session) -> None:
+    session.commit()  # the platform's one commit: everything else reaches it through the unit of work
+
+
+def _wrote(session: Session) -> bool:
+    """True when ``session`` has flushed writes in its open transaction (seen by ``after_flush``)."""
+    return bool(session.info.get("_flushed"))
+
+
+@event.listens_for(Session, "after_flush")
+def _mark_flushed(session: Session, _context: Any) -> None:
+    session.info["_flushed"] = True
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _clear_flushed(session: Session, transaction: Any) -> None:
+    if transaction.parent is None:
+        session.info.pop("_flushed", None)
+
+
+async def _finish(session: AsyncSession) -> None:
+    """Commit ``session``'s work: before-commit hooks, the commit, then the after-commit hooks."""
+    while hooks := session.info.pop("before_commit", []):  # a hook may register another
+        for hook in hooks:
+            await hook(session)
+    await session.run_sync(_commit)
+    for callback in session.info.pop("after_commit", []):
+        await callback()
+
+
+async def checkpoint(session: AsyncSession) -> None:
+    """Commit what a unit of work has written so far and go on in a new transaction; its hooks wait for
+    the end. For a lease other processes must see before the unit talks to the outside world."""
+    await session.run_sync(_commit)
+
+
+@asynccontextmanager
+async def unit_of_work(
+    database: Database, *, write: bool = True, jobs: Any = None, info: dict[str, Any] | None = None
+) -> AsyncIterator[AsyncSession]:
+    """A session whose work commits when the block ends (hooks included) and rolls back on error.
+
+    ``write=False`` opens a read session: nothing is committed and the connection is given back when
+    the block ends, so it can wrap a short look-up before outbound I/O. A session that has not run a
+    statement yet holds no connection. ``jobs`` is the queue after-commit enqueues go to.
+    """
+    maker = database.write_sessionmaker if write else database.sessionmaker
+    async with maker() as session:
+        if info is not None:
+            session.sync_session.info = info
+        session.info["database"] = database
+        if jobs is not None:
+            session.info["jobs"] = jobs
+        try:
+            yield session
+        except BaseException:
+            await session.rollback()
+            raise
+        if write:
+            await _finish(session)
+
+
+@asynccontextmanager
+async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
+    """A read beside ``session``'s unit of work, in a session of its own that gives its connection back
+    when the block ends: for look-ups before outbound I/O (a turn's tools, its model), so no
+    transaction or pool connection is held while the outside world answers.
+
+    A bare session (not opened by a unit of work) has no database to open another from: the block
+    then runs in a savepoint of ``session`` itself, so a failure inside cannot spoil its transaction.
+    """
+    database: Database | None = session.info.get("database")
+    if database is None:
+        async with session.begin_nested():
+            yield session
+        return
+    async with unit_of_work(database, write=False) as reader:
+        yield reader
 
 
 def _jobs_of(request: Request) -> Any:
@@ -191,24 +280,123 @@ def _jobs_of(request: Request) -> Any:
     return runner_for(request.app.state)
 
 
+class RequestUnit:
+    """A request's unit of work: a reader for authentication and the handler's (writing) session.
+
+    Authentication reads through ``reader`` (never the write lock: SQLite's ``BEGIN IMMEDIATE`` is taken
+    only when the handler's session runs its first statement). The reader is given back as soon as the
+    handler's session begins; anything authentication changed (a first-seen user, an API key's
+    ``last_used_at``) and every hook it registered move to the handler's session and commit with it; a
+    row it had to insert at once (a first-seen user) commits before the handler's session begins.
+    """
+
+    def __init__(self, request: Request) -> None:
+        self.database: Database = request.app.state.db
+        self.write = request.method not in SAFE_METHODS
+        self.info: dict[str, Any] = {"jobs": _jobs_of(request), "database": self.database}
+        self.reader: AsyncSession | None = None
+        self.writer: AsyncSession | None = None
+        self.done = False
+
+    @staticmethod
+    def of(request: Request) -> RequestUnit:
+        unit: RequestUnit | None = getattr(request.state, "uow", None)
+        if unit is None:
+            unit = RequestUnit(request)
+            request.state.uow = unit
+        return unit
+
+    def open_reader(self) -> AsyncSession:
+        if self.reader is None:
+            self.reader = self.database.sessionmaker()
+            self.reader.info.update(jobs=self.info["jobs"], database=self.database)
+        return self.reader
+
+    def open_writer(self) -> AsyncSession:
+        maker = self.database.write_sessionmaker if self.write else self.database.sessionmaker
+        writer = maker()
+        writer.sync_session.info = self.info
+        self.writer = writer
+
+        # Both run inside the writer's greenlet before it takes a connection (and SQLite's write lock):
+        # the reader's connection must be free by then.
+        @event.listens_for(writer.sync_session, "do_orm_execute")
+        def _before_statement(_state: Any) -> None:
+            self._hand_over_sync()
+
+        @event.listens_for(writer.sync_session, "before_flush")
+        def _before_flush(_session: Any, _context: Any, _instances: Any) -> None:
+            self._hand_over_sync()
+
+        return writer
+
+    def _adopt_hooks(self, reader: Session) -> None:
+        for key in ("before_commit", "after_commit"):
+            self.info.setdefault(key, []).extend(reader.info.pop(key, []))
+
+    def _hand_over_sync(self) -> None:
+        if self.reader is None or self.writer is None:
+            return
+        reader, self.reader = self.reader.sync_session, None
+        self._adopt_hooks(reader)
+        if _wrote(reader):
+            _commit(reader)  # a first-seen user was inserted: keep it, and free the lock it took
+        changed = list(reader.new) + list(reader.dirty)
+        for obj in changed:
+            reader.expunge(obj)
+        reader.close()
+        self.writer.sync_session.add_all(changed)
+
+    async def release_reader(self) -> None:
+        """Give the reader's connection back; its changes go to the writer or commit on their own."""
+        if self.reader is None:
+            return
+        reader, self.reader = self.reader, None
+        self._adopt_hooks(reader.sync_session)
+        if _wrote(reader.sync_session):
+            await reader.run_sync(_commit)
+        changed = list(reader.new) + list(reader.dirty)
+        for obj in changed:
+            reader.expunge(obj)
+        await reader.close()
+        if self.writer is not None and not self.done:
+            self.writer.add_all(changed)
+            return
+        if changed or self.info.get("before_commit") or self.info.get("after_commit"):
+            # No handler session will commit: authentication's own changes and hooks commit here.
+            async with unit_of_work(self.database, info=self.info) as session:
+                session.add_all(changed)
+
+
+async def get_read_session(request: Request) -> AsyncIterator[AsyncSession]:
+    """A short read session for authentication; given back once the handler's session begins."""
+    unit = RequestUnit.of(request)
+    try:
+        yield unit.open_reader()
+    except BaseException:
+        if unit.reader is not None:  # the request failed: nothing of it is kept
+            reader, unit.reader = unit.reader, None
+            await reader.close()
+        raise
+    await unit.release_reader()
+
+
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
-    database: Database = request.app.state.db
-    maker = database.sessionmaker if request.method in SAFE_METHODS else database.write_sessionmaker
-    async with maker() as session:
-        request.state.db_session = session
-        # Services that enqueue work after the commit (call analysis, ingestion) find the runner here.
-        session.info["jobs"] = _jobs_of(request)
+    """The handler's session, committed by the request's unit of work when the handler returns."""
+    unit = RequestUnit.of(request)
+    session = unit.open_writer()
+    request.state.db_session = session
+    async with session:
         try:
             yield session
         except BaseException:
             await session.rollback()
             raise
-        for hook in session.info.pop("before_commit", []):
-            await hook(session)
-        await session.commit()
-        for callback in session.info.pop("after_commit", []):
-            await callback()
+        await unit.release_reader()
+        await _finish(session)
+        unit.done = True
 
 
 # scope="function": the transaction commits when the handler returns, before the response is sent.
 DbSession = Annotated[AsyncSession, Depends(get_session, scope="function")]
+ReadSession = Annotated[AsyncSession, Depends(get_read_session, scope="function")]

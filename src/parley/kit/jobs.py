@@ -1,8 +1,8 @@
 """Background jobs: named handlers, and an in-process runner for the embedded default.
 
 A job is a name and a small JSON-able payload (ids, never rows). Handlers are plain coroutines
-``async def handler(ctx: JobContext, payload: dict) -> None`` registered by name; they open their own
-session from ``ctx.db`` and commit their own transaction. They know nothing about the queue, so a
+``async def handler(ctx: JobContext, payload: dict) -> None`` registered by name; they read and write
+through their unit of work, ``ctx.unit()`` (the one commit path of the platform). They know nothing about the queue, so a
 Redis-backed queue (taskiq, arq) can later run the same handlers from ``registry``.
 
 Durable state lives in the domain rows (e.g. a knowledge document's ``status``), not in the queue:
@@ -26,6 +26,7 @@ import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,7 @@ from prometheus_client import Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import State
 
-from parley.kit.db import Database, after_commit
+from parley.kit.db import Database, after_commit, unit_of_work
 
 log = structlog.get_logger("parley.jobs")
 
@@ -60,6 +61,11 @@ class JobContext:
     @property
     def blobs(self) -> Any:
         return self.state.blobs
+
+    def unit(self, *, write: bool = True) -> AbstractAsyncContextManager[AsyncSession]:
+        """The handler's unit of work: commits (with its hooks) when the block ends, rolls back on error;
+        jobs it enqueues after commit go to this process's queue. ``write=False`` only reads."""
+        return unit_of_work(self.db, write=write, jobs=runner_for(self.state))
 
     @property
     def settings(self) -> Any:
@@ -150,7 +156,7 @@ class JobQueue(ABC):
         found: list[tuple[str, Payload]] = []
         for name, query in self.jobs.recoveries.items():
             try:
-                async with self.context.db.sessionmaker() as session:
+                async with self.context.unit(write=False) as session:
                     payloads = await query(session)
             except Exception as exc:  # e.g. the database is down at start-up: /readyz reports that
                 log.warning("jobs_recovery_failed", job=name, error_type=type(exc).__name__)

@@ -313,11 +313,10 @@ class QueueWorker:
 def worker_context(settings: Settings) -> JobContext:
     """What handlers get in a worker process: the database, the blob store and the settings.
 
-    Importing the app module imports every domain, so their ``tasks`` modules register their handlers.
+    The handlers themselves are registered by the caller (``parley.worker`` loads the task modules).
     """
     from starlette.datastructures import State
 
-    import parley.app  # noqa: F401 - registers the job handlers of every domain
     from parley.kit.blobs import blob_store_from_settings
     from parley.kit.db import Database
 

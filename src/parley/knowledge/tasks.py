@@ -27,13 +27,12 @@ async def _recover(session: AsyncSession) -> list[dict[str, Any]]:
 
 
 async def _mark_failed(context: JobContext, document_id: str, reason: str) -> None:
-    async with context.db.write_sessionmaker() as session:
+    async with context.unit() as session:
         document = await session.get(KnowledgeDocument, document_id)
         if document is None or document.status != DocumentStatus.pending:
             return
         document.status = DocumentStatus.failed
         document.error = reason[:500]
-        await session.commit()
 
 
 async def _read_text(context: JobContext, document: KnowledgeDocument) -> str:
@@ -52,7 +51,7 @@ async def _read_text(context: JobContext, document: KnowledgeDocument) -> str:
 async def ingest_document(context: JobContext, payload: dict[str, Any]) -> None:
     document_id = str(payload["document_id"])
     try:
-        async with context.db.write_sessionmaker() as session:
+        async with context.unit() as session:
             document = await session.get(KnowledgeDocument, document_id)
             if document is None or document.status != DocumentStatus.pending:
                 return
@@ -78,7 +77,6 @@ async def ingest_document(context: JobContext, payload: dict[str, Any]) -> None:
             document.status = DocumentStatus.ready
             document.error = None
             document.indexed_at = utcnow()
-            await session.commit()
     except parsing.ExtractionError as exc:
         await _mark_failed(context, document_id, str(exc))
     except BlobStoreError as exc:

@@ -1,19 +1,18 @@
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
 from parley.auth.dependencies import OrgWriter
 from parley.kit.body import ParsedBody
-from parley.kit.db import Database, DbSession
+from parley.kit.db import Database, DbSession, unit_of_work
 from parley.kit.errors import ParleyError, documented
+from parley.kit.sse import openapi_stream, sse, sse_response
 from parley.llm import service
 from parley.llm.client import StreamEvent, Usage
 from parley.llm.schemas import ChatRequest, ChatResponse
@@ -28,16 +27,12 @@ STREAM_DOC = (
 )
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-
-
 @router.post(
     "/chat",
     summary="Create LLM Chat",
     response_model=ChatResponse,
     responses={
-        200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": STREAM_DOC},
+        200: openapi_stream(STREAM_DOC),
         **documented(409, 502, 504),
     },
 )
@@ -66,11 +61,11 @@ async def create_llm_chat(
             event: StreamEvent | None = first
             while event is not None:
                 if event.delta:
-                    yield _sse("delta", {"content": event.delta})
+                    yield sse("delta", {"content": event.delta})
                 last = event
                 event = await anext(events, None)
             assert last is not None
-            yield _sse(
+            yield sse(
                 "done",
                 {
                     "finish_reason": last.finish_reason,
@@ -88,7 +83,7 @@ async def create_llm_chat(
                 },
             )
         except ParleyError as exc:
-            yield _sse("error", {"detail": exc.detail, "code": exc.code})
+            yield sse("error", {"detail": exc.detail, "code": exc.code})
         finally:
             await events.aclose()  # type: ignore[attr-defined]
             await http.aclose()
@@ -96,11 +91,10 @@ async def create_llm_chat(
                 row = service.usage_row(
                     context, provider.key, last.model or provider.model, last.usage, "chat"
                 )
-                async with database.sessionmaker() as usage_session:
+                async with unit_of_work(database) as usage_session:
                     usage_session.add(row)
-                    await usage_session.commit()
 
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+    return sse_response(body())
 
 
 def _usage_dict(usage: Usage) -> dict[str, int]:

@@ -15,7 +15,6 @@ from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.responses import JSONBytesResponse
 from parley.kit.schemas import DeletedOut
 from parley.kit.tenancy import get_owned, scoped
-from parley.notifications import jobs as _jobs  # noqa: F401  (registers the delivery job)
 from parley.notifications import service
 from parley.notifications.models import NotificationChannel, NotificationDelivery, NotificationRule
 from parley.notifications.schemas import (

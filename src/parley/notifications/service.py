@@ -411,8 +411,6 @@ async def notify_signals(
         log.warning("notifications_not_queued", deliveries=len(created))
         return created
 
-    from parley.notifications import jobs as _registers_the_handler  # noqa: F401
-
     async def enqueue() -> None:
         for delivery_id in created:
             await runner.submit(DELIVER_JOB, {"delivery_id": delivery_id})

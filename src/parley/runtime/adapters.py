@@ -1,4 +1,9 @@
-"""The engine's ports on top of the platform: ``execute_tool``, knowledge search and the LLM client."""
+"""The engine's ports on top of the platform: ``execute_tool``, knowledge search and the LLM client.
+
+Every database look-up runs in a short read of its own (:func:`parley.kit.db.short_read`), never in
+the turn's transaction: the engine runs with no transaction open and no pool connection held, so a
+slow tool or model delays only its own conversation.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
 from parley.config import Settings
+from parley.kit.db import short_read
 from parley.kit.errors import ParleyError
 from parley.kit.tenancy import scoped
 from parley.knowledge import service as knowledge_service
@@ -48,9 +54,10 @@ class PlatformTools:
 
     async def _find(self, ref: str) -> Tool | None:
         if ref not in self._cache:
-            self._cache[ref] = await self.session.scalar(
-                scoped(Tool, self.organization_id).where(or_(Tool.id == ref, Tool.name == ref)).limit(1)
-            )
+            async with short_read(self.session) as reader:
+                self._cache[ref] = await reader.scalar(
+                    scoped(Tool, self.organization_id).where(or_(Tool.id == ref, Tool.name == ref)).limit(1)
+                )
         return self._cache[ref]
 
     async def call(self, ref: str, arguments: dict[str, Any]) -> ToolOutcome:
@@ -60,10 +67,11 @@ class PlatformTools:
                 None, ref, "error", error=f"The tool {ref!r} does not exist in this organization."
             )
         try:
-            # A tool that reads the database does so in a savepoint, so its failure cannot spoil the turn.
-            async with self.session.begin_nested():
+            # A tool that reads the database (knowledge search) does so in a short read of its own; an
+            # HTTP tool never touches it, so no connection is held while the upstream answers.
+            async with short_read(self.session) as reader:
                 result = await asyncio.wait_for(
-                    execute_tool(self.session, self.settings, tool, arguments), TOOL_DEADLINE_SECONDS
+                    execute_tool(reader, self.settings, tool, arguments), TOOL_DEADLINE_SECONDS
                 )
         except InvalidArguments as exc:
             return ToolOutcome(tool.id, tool.name, "error", error=f"Invalid arguments: {exc}")
@@ -105,9 +113,9 @@ class PlatformKnowledge:
 
     async def search(self, query: str, top_k: int, document_ids: list[str] | None) -> list[dict[str, Any]]:
         try:
-            async with self.session.begin_nested():
+            async with short_read(self.session) as reader:
                 hits = await knowledge_service.search(
-                    self.session, self.organization_id, query, top_k, document_ids
+                    reader, self.organization_id, query, top_k, document_ids
                 )
         except (SQLAlchemyError, ParleyError) as exc:
             log.warning("session_knowledge_failed", error_type=type(exc).__name__)
@@ -127,9 +135,10 @@ class PlatformLlm:
 
     async def _resolved(self) -> llm_service.ResolvedProvider:
         if self._provider is None:
-            self._provider = await llm_service.resolve_provider(
-                self.session, self.settings, self.context, "openai"
-            )
+            async with short_read(self.session) as reader:
+                self._provider = await llm_service.resolve_provider(
+                    reader, self.settings, self.context, "openai"
+                )
         return self._provider
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LlmReply:

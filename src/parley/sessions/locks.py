@@ -30,24 +30,36 @@ async def hold(session_id: str) -> AsyncIterator[None]:
         yield
 
 
-# SQLite has one writer at a time and waits at most its busy timeout (10 s) for the lock: letting
-# hundreds of turns queue on it turns a burst into "database is locked" errors. Turns therefore
-# queue here, in the event loop and without a deadline, and only a few at a time go to the database.
+# SQLite has one writer at a time and waits at most its busy timeout for the lock: letting hundreds of
+# turns queue on it turns a burst into "database is locked" errors. Turns therefore queue here, in the
+# event loop and without a deadline, and only a few at a time go on. The slots are per organization
+# (PARLEY_TURN_SLOTS_PER_ORGANIZATION), so one organization's slow tools or model cannot take every
+# slot from the others.
 SQLITE_TURN_SLOTS = 4
 
+_SLOTS: WeakValueDictionary[str, asyncio.Semaphore] = WeakValueDictionary()
 
-def _slots(app: Any) -> asyncio.Semaphore:
-    slots: asyncio.Semaphore | None = getattr(app.state, "session_turn_slots", None)
+
+def slots_per_organization(settings: Any) -> int:
+    configured = int(getattr(settings, "turn_slots_per_organization", 0) or 0)
+    if configured > 0:
+        return configured
+    return SQLITE_TURN_SLOTS if settings.is_sqlite else max(settings.db_pool_size - 2, 1)
+
+
+def _slots(app: Any, organization_id: str) -> asyncio.Semaphore:
+    # Keyed by the app too: tests run several apps (with different settings) in one process.
+    key = f"{id(app)}:{organization_id}"
+    slots = _SLOTS.get(key)
     if slots is None:
-        settings = app.state.settings
-        size = SQLITE_TURN_SLOTS if settings.is_sqlite else max(settings.db_pool_size - 2, 1)
-        slots = asyncio.Semaphore(size)
-        app.state.session_turn_slots = slots
+        slots = asyncio.Semaphore(slots_per_organization(app.state.settings))
+        _SLOTS[key] = slots
     return slots
 
 
 @asynccontextmanager
-async def turn_slot(app: Any) -> AsyncIterator[None]:
-    """One of the process's slots for a turn that writes to the database."""
-    async with _slots(app):
+async def turn_slot(app: Any, organization_id: str) -> AsyncIterator[None]:
+    """One of the organization's slots in this process for a conversation turn."""
+    slots = _slots(app, organization_id)
+    async with slots:
         yield

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AsyncExitStack
 from typing import Annotated, Any
@@ -20,6 +19,7 @@ from parley.kit.db import DbSession
 from parley.kit.errors import ParleyError, documented
 from parley.kit.jobs import runner_for
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.sse import openapi_stream, sse, sse_response
 from parley.runtime.engine import TurnResult
 from parley.sessions import locks, service
 from parley.sessions.models import ConversationSession
@@ -60,19 +60,19 @@ class TurnHold:
 
     def __init__(self) -> None:
         self.takeover: TakeOver | None = None
+        self.stack = AsyncExitStack()
 
     def hand_over(self, run: TakeOver) -> None:
         """Run ``run`` in a task once the request's transaction has committed; it owns the lock then."""
         self.takeover = run
 
 
-async def _serialized(request: Request, session_id: SessionId) -> AsyncIterator[TurnHold]:
+async def _serialized(session_id: SessionId) -> AsyncIterator[TurnHold]:
     # Declared before the database session, so it is released only after the turn has committed.
     hold = TurnHold()
-    stack = AsyncExitStack()
+    stack = hold.stack
     try:
         await stack.enter_async_context(locks.hold(session_id))
-        await stack.enter_async_context(locks.turn_slot(request.app))
         yield hold
     except BaseException:
         await stack.aclose()
@@ -87,17 +87,21 @@ async def _serialized(request: Request, session_id: SessionId) -> AsyncIterator[
     task.add_done_callback(_RUNNING.discard)
 
 
-async def _slot(request: Request) -> AsyncIterator[None]:
-    async with locks.turn_slot(request.app):
+async def _slot(request: Request, context: OrgWriter) -> AsyncIterator[None]:
+    async with locks.turn_slot(request.app, context.organization_id):
         yield
 
 
-SessionTurnLock = Annotated[TurnHold, Depends(_serialized, scope="function")]
+async def _with_slot(
+    request: Request, hold: Annotated[TurnHold, Depends(_serialized, scope="function")], context: OrgWriter
+) -> TurnHold:
+    # The slot is the organization's, known once the caller is authenticated; the lock's stack owns it.
+    await hold.stack.enter_async_context(locks.turn_slot(request.app, context.organization_id))
+    return hold
+
+
+SessionTurnLock = Annotated[TurnHold, Depends(_with_slot, scope="function")]
 TurnSlot = Annotated[None, Depends(_slot, scope="function")]
-
-
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
 
 
 def _wants_stream(request: Request, stream: bool) -> bool:
@@ -106,9 +110,9 @@ def _wants_stream(request: Request, stream: bool) -> bool:
 
 def _turn_events(row: ConversationSession, result: TurnResult) -> list[bytes]:
     out = service.to_turn_out(row, result)
-    events = [_sse(event.type, event.model_dump(mode="json")) for event in out.events]
+    events = [sse(event.type, event.model_dump(mode="json")) for event in out.events]
     events.append(
-        _sse(
+        sse(
             "done",
             {
                 "session_id": out.id,
@@ -127,7 +131,7 @@ def _event_stream(queue: asyncio.Queue[bytes | None]) -> StreamingResponse:
         while (item := await queue.get()) is not None:
             yield item
 
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+    return sse_response(body())
 
 
 def _streamed_turn(
@@ -139,7 +143,7 @@ def _streamed_turn(
     settings = request.app.state.settings
 
     async def on_text(node_id: str, piece: str) -> None:
-        queue.put_nowait(_sse("delta", {"node_id": node_id, "text": piece}))
+        queue.put_nowait(sse("delta", {"node_id": node_id, "text": piece}))
 
     jobs = runner_for(request.app.state)
 
@@ -153,12 +157,12 @@ def _streamed_turn(
                 queue.put_nowait(event)
         except ParleyError as exc:
             queue.put_nowait(
-                _sse("error", {"status": exc.status_code, "code": exc.code, "detail": exc.detail})
+                sse("error", {"status": exc.status_code, "code": exc.code, "detail": exc.detail})
             )
         except Exception as exc:  # a failed commit: nothing was written; the client may send it again
             log.error("session_stream_turn_failed", session_id=session_id, error_type=type(exc).__name__)
             queue.put_nowait(
-                _sse(
+                sse(
                     "error",
                     {
                         "status": 503,
@@ -202,7 +206,7 @@ async def get_session(session: DbSession, context: OrgReader, session_id: Sessio
     summary="Send Session Message",
     response_model=SessionTurnOut,
     responses={
-        200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": STREAM_DOC},
+        200: openapi_stream(STREAM_DOC),
         **documented(409),
     },
 )

@@ -26,7 +26,7 @@ from parley.calls.service import record_call
 from parley.config import Settings
 from parley.flows.definition import FlowDefinition
 from parley.flows.models import Flow, FlowVersion
-from parley.kit.db import Database, utcnow
+from parley.kit.db import Database, short_read, unit_of_work, utcnow
 from parley.kit.errors import Conflict, NotFound
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
@@ -104,14 +104,18 @@ async def definition_of(session: AsyncSession, row: ConversationSession) -> Flow
 
 
 async def _engine(
-    session: AsyncSession, settings: Settings, context: OrgContext, definition: FlowDefinition
+    reader: AsyncSession,
+    session: AsyncSession,
+    settings: Settings,
+    context: OrgContext,
+    definition: FlowDefinition,
 ) -> tuple[FlowEngine, PlatformLlm | None]:
     organization_id = context.organization_id
     llm: PlatformLlm | None = None
     # Only flows that may talk to the model look for a provider; without one, knowledge nodes answer
     # from the hits and llm nodes say the fallback line.
     if any(node.type in ("llm", "knowledge") for node in definition.nodes) and await find_config(
-        session, context, "openai"
+        reader, context, "openai"
     ):
         llm = PlatformLlm(session, settings, context)
     engine = FlowEngine(
@@ -192,13 +196,26 @@ def call_record(row: ConversationSession, state: ConversationState) -> CallRecor
 async def create_session(
     session: AsyncSession, settings: Settings, context: OrgContext, data: SessionCreate
 ) -> tuple[ConversationSession, TurnResult]:
-    flow = await get_owned(session, Flow, data.flow_id, context.organization_id, "Flow")
+    """Start a session. The flow is read in a short read of its own and the opening turn runs with no
+    transaction open; only the new row is written to ``session``."""
+    async with short_read(session) as reader:
+        row, state, engine, llm = await _prepare(reader, session, settings, context, data)
+    result = await engine.start(state)
+    session.add(row)
+    await _save(session, row, state, llm)
+    return row, result
+
+
+async def _prepare(
+    reader: AsyncSession, session: AsyncSession, settings: Settings, context: OrgContext, data: SessionCreate
+) -> tuple[ConversationSession, ConversationState, FlowEngine, PlatformLlm | None]:
+    flow = await get_owned(reader, Flow, data.flow_id, context.organization_id, "Flow")
     version: int | None
     if data.draft and data.channel != "test":
         raise Conflict("Only sessions on the test channel may run a flow's draft.")
     if data.version is not None:
         version = data.version
-        definition = await _published(session, context.organization_id, flow.id, version)
+        definition = await _published(reader, context.organization_id, flow.id, version)
     elif data.channel == "test" and (data.draft or flow.latest_version is None):
         version = None
         definition = _parse(flow.definition, "flow's draft")
@@ -209,10 +226,10 @@ async def create_session(
         )
     else:
         version = flow.latest_version
-        definition = await _published(session, context.organization_id, flow.id, version)
+        definition = await _published(reader, context.organization_id, flow.id, version)
 
     session_id = new_id("ses")
-    engine, llm = await _engine(session, settings, context, definition)
+    engine, llm = await _engine(reader, session, settings, context, definition)
     state = engine.new_state(
         session_id=session_id,
         channel=data.channel,
@@ -237,10 +254,7 @@ async def create_session(
         last_activity_at=now,
         created_by=context.principal.id,
     )
-    result = await engine.start(state)
-    session.add(row)
-    await _save(session, row, state, llm)
-    return row, result
+    return row, state, engine, llm
 
 
 async def open_session(
@@ -264,18 +278,27 @@ async def send_message(
     *,
     on_text: TextSink | None = None,
 ) -> tuple[ConversationSession, TurnResult]:
-    row = await open_session(session, context.organization_id, session_id, lock=True)
-    state = _state(row)
-    try:
-        definition = await _definition_of(session, row)
-    except (NotFound, Conflict) as exc:
-        # The flow was deleted or broken mid-conversation: end it cleanly instead of failing forever.
-        state.status, state.outcome, state.end_reason = "ended", "failed", "flow_unavailable"
-        await _save(session, row, state, None)
-        log.warning("session_flow_unavailable", session_id=row.id, reason=exc.detail)
-        return row, TurnResult()
-    engine, llm = await _engine(session, settings, context, definition)
-    result = await engine.handle(state, text, on_text=on_text)
+    """One turn: load the session in a short read, run the engine with no transaction open (its tools
+    and model may take long), then write the new state to ``session``. The caller holds the session's
+    turn lock; the row's ``version`` guards against another process's turn meanwhile (409)."""
+    organization_id = context.organization_id
+    engine: FlowEngine | None = None
+    llm: PlatformLlm | None = None
+    async with short_read(session) as reader:
+        loaded = await open_session(reader, organization_id, session_id)
+        version, state = loaded.version, _state(loaded)
+        try:
+            definition = await _definition_of(reader, loaded)
+        except (NotFound, Conflict) as exc:
+            # The flow was deleted or broken mid-conversation: end it cleanly instead of failing forever.
+            state.status, state.outcome, state.end_reason = "ended", "failed", "flow_unavailable"
+            log.warning("session_flow_unavailable", session_id=session_id, reason=exc.detail)
+        else:
+            engine, llm = await _engine(reader, session, settings, context, definition)
+    result = TurnResult() if engine is None else await engine.handle(state, text, on_text=on_text)
+    row = await open_session(session, organization_id, session_id, lock=True)
+    if row.version != version:
+        raise Conflict("The session was changed by another request at the same time; send it again.")
     await _save(session, row, state, llm)
     return row, result
 
@@ -292,19 +315,8 @@ async def send_message_committed(
 ) -> tuple[ConversationSession, TurnResult]:
     """``send_message`` in a transaction of its own, committed here (a streamed turn, which outlives
     its request); the caller holds the session's turn lock. Commit hooks run as for a request."""
-    async with database.write_sessionmaker() as session:
-        session.info["jobs"] = jobs
-        try:
-            row, result = await send_message(session, settings, context, session_id, text, on_text=on_text)
-            for hook in session.info.pop("before_commit", []):
-                await hook(session)
-            await session.commit()
-        except BaseException:
-            await session.rollback()
-            raise
-        callbacks = session.info.pop("after_commit", [])
-    for callback in callbacks:
-        await callback()
+    async with unit_of_work(database, jobs=jobs) as session:
+        row, result = await send_message(session, settings, context, session_id, text, on_text=on_text)
     return row, result
 
 
@@ -354,7 +366,7 @@ async def sweep_idle(
 
     ``on_ended(session_id)`` runs after each commit (the live-session registry stops a stream)."""
     cutoff = (now or utcnow()) - timedelta(seconds=idle_seconds)
-    async with database.sessionmaker() as reader:
+    async with unit_of_work(database, write=False) as reader:
         rows = await reader.execute(
             select(ConversationSession.id, ConversationSession.organization_id)
             .where(ConversationSession.status == "active", ConversationSession.last_activity_at < cutoff)
@@ -363,29 +375,25 @@ async def sweep_idle(
         candidates = [(r.id, r.organization_id) for r in rows]
     ended = 0
     for session_id, organization_id in candidates:
-        async with locks.hold(session_id), database.write_sessionmaker() as session:
-            session.info["jobs"] = jobs
+        async with locks.hold(session_id):
             try:
-                row = await get_session(session, organization_id, session_id, lock=True)
-                if row.status != "active" or row.last_activity_at >= cutoff:
-                    await session.rollback()
-                    continue
-                state = _state(row)
-                state.status, state.outcome, state.end_reason, state.waiting = (
-                    "ended",
-                    "abandoned",
-                    "idle_timeout",
-                    False,
-                )
-                await _save(session, row, state, None)
-                await session.commit()
-                ended += 1
-                for callback in session.info.pop("after_commit", []):
-                    await callback()
-                if on_ended is not None:
-                    await on_ended(session_id)
+                async with unit_of_work(database, jobs=jobs) as session:
+                    row = await get_session(session, organization_id, session_id, lock=True)
+                    if row.status != "active" or row.last_activity_at >= cutoff:
+                        continue
+                    state = _state(row)
+                    state.status, state.outcome, state.end_reason, state.waiting = (
+                        "ended",
+                        "abandoned",
+                        "idle_timeout",
+                        False,
+                    )
+                    await _save(session, row, state, None)
             except (NotFound, Conflict):
-                await session.rollback()
+                continue
+            ended += 1
+            if on_ended is not None:
+                await on_ended(session_id)
     return ended
 
 

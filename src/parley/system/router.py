@@ -12,7 +12,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from parley import __version__
 from parley.auth.dependencies import CurrentPrincipal
-from parley.kit.db import Database
+from parley.kit.db import Database, unit_of_work
 from parley.kit.lifecycle import lifecycle_of
 from parley.kit.metrics import SESSIONS_ACTIVE, exposition
 from parley.kit.responses import JSONBytesResponse
@@ -86,7 +86,7 @@ async def metrics(request: Request) -> Response:
     database on each scrape; when the database is down it keeps its last value."""
     database: Database = request.app.state.db
     try:
-        async with database.sessionmaker() as session:
+        async with unit_of_work(database, write=False) as session:
             active = await session.scalar(
                 select(func.count())
                 .select_from(ConversationSession)

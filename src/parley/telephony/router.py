@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from parley.audit.dependencies import describe, request_facts
 from parley.auth.dependencies import OrgReader, OrgWriter, PlatformAdmin
 from parley.kit.body import ParsedBody
-from parley.kit.db import DbSession
+from parley.kit.db import DbSession, checkpoint
 from parley.kit.errors import ErrorBody, UnsupportedMediaType, documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
@@ -297,13 +297,13 @@ async def sync_admin(
     # The lease must be visible to other processes while the sync talks to the providers, and no
     # transaction may stay open meanwhile (SQLite has one writer): commit, then talk, then write the
     # results (provider ids, synced_at) and release the lease in the request's closing transaction.
-    await session.commit()
+    await checkpoint(session)
     try:
         report = await sync.execute(plan)
     except BaseException:
         await session.rollback()
         await sync.release_lease(session, org_id, holder)
-        await session.commit()
+        await checkpoint(session)
         raise
     await sync.release_lease(session, org_id, holder)
     describe(

@@ -27,6 +27,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from parley.auth.principal import OrgContext
 from parley.calls.service import attach_voice, call_of_session, recording_blob_key
 from parley.flows.definition import CollectNode, FlowDefinition
+from parley.kit.db import unit_of_work
 from parley.kit.errors import NotFound, ParleyError
 from parley.kit.jobs import runner_for
 from parley.kit.lifecycle import lifecycle_of
@@ -104,14 +105,14 @@ class SessionTurns:
 
     async def turn(self, text: str) -> TurnReply:
         state = self.app.state
-        async with locks.hold(self.session_id), locks.turn_slot(self.app):
+        async with locks.hold(self.session_id), locks.turn_slot(self.app, self.context.organization_id):
             row, result = await service.send_message_committed(
                 state.db, state.settings, self.context, self.session_id, text, jobs=runner_for(state)
             )
         conversation = ConversationState.from_json(row.state)
         phrases = None
         if row.status == "active":
-            async with state.db.sessionmaker() as session:
+            async with unit_of_work(state.db, write=False) as session:
                 definition = await service.definition_of(session, row)
             phrases = phrases_for(definition, conversation.current_node, row.language)
         # the engine adds a metrics entry for every turn that said or did something
@@ -143,7 +144,7 @@ class Opened:
 
 async def open_voiced(state: Any, context: OrgContext, session_id: str) -> Opened:
     """Load the session (active, this organization's), its flow's language, phrases and engines."""
-    async with state.db.sessionmaker() as session:
+    async with unit_of_work(state.db, write=False) as session:
         try:
             row = await service.open_session(session, context.organization_id, session_id)
             definition = await service.definition_of(session, row)
@@ -387,15 +388,13 @@ class VoiceCall(ABC):
             outcome, reason = "abandoned", "caller_hung_up"
         state = self.app.state
         try:
-            async with locks.hold(self.session_id), state.db.write_sessionmaker() as session:
-                session.info["jobs"] = runner_for(state)
+            async with (
+                locks.hold(self.session_id),
+                unit_of_work(state.db, jobs=runner_for(state)) as session,
+            ):
                 await service.end_session(
                     session, self.context.organization_id, self.session_id, outcome=outcome, reason=reason
                 )
-                await session.commit()
-                callbacks = session.info.pop("after_commit", [])
-            for callback in callbacks:
-                await callback()
         except SessionEnded:
             return
         except Exception as exc:  # the idle sweeper ends it later
@@ -418,13 +417,13 @@ class VoiceCall(ABC):
         state = self.app.state
         organization_id = self.context.organization_id
         try:
-            async with state.db.sessionmaker() as session:
+            async with unit_of_work(state.db, write=False) as session:
                 exists = await call_of_session(session, organization_id, self.session_id) is not None
             if not exists:  # the session did not end (its end failed): the sweeper records it
                 log.warning("voice_call_record_missing", session_id=self.session_id)
                 return
             filename = await self._upload(path) if path is not None else None
-            async with state.db.write_sessionmaker() as session:
+            async with unit_of_work(state.db) as session:
                 await attach_voice(
                     session,
                     organization_id,
@@ -432,7 +431,6 @@ class VoiceCall(ABC):
                     metrics=self.turn_metrics(),
                     recording_filename=filename,
                 )
-                await session.commit()
         except Exception as exc:
             log.warning(
                 "voice_call_record_update_failed", session_id=self.session_id, error_type=type(exc).__name__

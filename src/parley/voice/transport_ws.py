@@ -19,6 +19,7 @@ from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
 from parley.auth.service import API_KEY_PREFIX, principal_from_api_key, user_from_claims
 from parley.auth.stream_tokens import is_stream_token, verify_stream_token
+from parley.kit.db import unit_of_work
 from parley.kit.errors import ParleyError
 from parley.voice.pipeline.frames import (
     AgentText,
@@ -126,7 +127,7 @@ async def _context(websocket: WebSocket, session: Any, principal: Principal) -> 
 
 async def _open(websocket: WebSocket, session_id: str) -> Opened:
     state = websocket.app.state
-    async with state.db.sessionmaker() as session:
+    async with unit_of_work(state.db, write=False) as session:
         granted = _stream_grant(websocket, session_id)
         if granted is not None:
             context, principal = granted, granted.principal

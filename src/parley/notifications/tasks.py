@@ -37,7 +37,7 @@ async def deliver(ctx: JobContext, payload: Payload) -> None:
     delivery_id = str(payload.get("delivery_id", ""))
     settings = ctx.settings
     now = utcnow()
-    async with ctx.db.write_sessionmaker() as session:
+    async with ctx.unit() as session:
         delivery = await session.get(NotificationDelivery, delivery_id)
         if delivery is None or delivery.status in service.FINAL:
             return
@@ -65,7 +65,6 @@ async def deliver(ctx: JobContext, payload: Payload) -> None:
                 NotificationChannel.organization_id == delivery.organization_id,
             )
         )
-        await session.commit()
     delivery.attempts += 1
     if channel is None:
         result = SendResult("permanent", None, "The channel was deleted.")
@@ -73,12 +72,11 @@ async def deliver(ctx: JobContext, payload: Payload) -> None:
         result = SendResult("permanent", None, "The channel is disabled.")
     else:
         result = await service.send(settings, channel, delivery)
-    async with ctx.db.write_sessionmaker() as session:
+    async with ctx.unit() as session:
         stored = await session.get(NotificationDelivery, delivery.id)
         if stored is None:  # the organization was deleted meanwhile
             return
         delay = service.record_attempt(session, settings, stored, result, now, retry=True)
-        await session.commit()
     log.info(
         "notification_attempt",
         delivery_id=delivery.id,

@@ -1,0 +1,36 @@
+"""The job wiring: which modules hold job handlers, for ``parley worker`` and the in-process runner.
+
+Every background job is a handler registered in :data:`parley.kit.jobs.registry` by a domain's task
+module. Both places that run jobs (the server's in-process runner and ``parley worker`` on the Redis
+queue) load exactly the modules listed here, so a new job is one line in :data:`TASK_MODULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from parley.config import Settings
+from parley.kit.jobs import JobRegistry, registry
+
+TASK_MODULES: tuple[str, ...] = (
+    "parley.channels.tasks",  # WhatsApp: answer an inbound message, send pending replies
+    "parley.integrations.tasks",  # refresh OAuth2 tokens about to expire
+    "parley.knowledge.tasks",  # ingest (extract, chunk, index) a knowledge document
+    "parley.notifications.tasks",  # deliver a notification (webhook, Slack, email), with retries
+    "parley.calls.tasks",  # the brain classifies a call's sentiment with the model
+)
+
+
+def load_tasks() -> JobRegistry:
+    """Import every task module (each registers its handlers at import); answers the registry."""
+    for name in TASK_MODULES:
+        importlib.import_module(name)
+    return registry
+
+
+async def run(settings: Settings, *, concurrency: int, grace: int) -> None:
+    """``parley worker``: load the handlers, then work the Redis queue until SIGTERM/SIGINT."""
+    from parley.kit.queue import run_worker
+
+    load_tasks()
+    await run_worker(settings, concurrency=concurrency, grace=grace)
