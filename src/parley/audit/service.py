@@ -43,6 +43,7 @@ def audit_mutations(request: Request, session: AsyncSession, principal: Principa
             AuditEvent(
                 id=new_id("aud"),
                 organization_id=getattr(state, "audit_organization_id", None)
+                or getattr(state, "organization_id", None)  # the active organization auth resolved
                 or principal.api_key_organization_id,
                 actor_type=principal.kind,
                 actor_id=principal.id,

@@ -11,9 +11,11 @@ _SCOPE_ROLE = {"admin": Role.admin, "write": Role.member, "read": Role.viewer}
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a user (from a JWT), an organization's API key, or a short-lived stream token."""
+    """Who is calling: a user (from a JWT), an organization's API key, a short-lived stream token, or
+    the platform itself acting for an organization (``system``: a verified webhook, a job, the seed;
+    ``id`` names its actor)."""
 
-    kind: Literal["user", "api_key", "stream"]
+    kind: Literal["user", "api_key", "stream", "system"]
     id: str
     subject: str | None = None
     email: str | None = None

@@ -5,12 +5,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 
 from parley.audit.service import describe, set_organization
-from parley.auth.dependencies import CurrentPrincipal, CurrentUser, resolve_membership_role
+from parley.auth.dependencies import CurrentPrincipal, CurrentUser, resolver
 from parley.auth.principal import OrgContext
 from parley.auth.roles import Role
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
-from parley.kit.errors import Forbidden, NotFound, documented
+from parley.kit.errors import Forbidden, documented
 from parley.kit.schemas import DeletedOut
 from parley.organizations import service
 from parley.organizations.schemas import (
@@ -31,11 +31,11 @@ UserId = Annotated[str, Path(alias="userId", max_length=40)]
 async def _path_org(
     request: Request, session: DbSession, principal: CurrentPrincipal, org_id: OrgId
 ) -> OrgContext:
-    role = await resolve_membership_role(session, principal, org_id)
-    if role is None:
-        raise NotFound(f"Organization {org_id!r} was not found.")
+    identity = resolver(request)
+    context = await identity.organization(session, principal, org_id)
+    await identity.limit_organization(org_id)
     set_organization(request, org_id)
-    return OrgContext(org_id, role, principal)
+    return context
 
 
 PathOrg = Annotated[OrgContext, Depends(_path_org)]
