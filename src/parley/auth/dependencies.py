@@ -9,7 +9,7 @@ requests) register a hook with :func:`on_authenticated` at start-up; auth import
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
@@ -21,7 +21,7 @@ from parley.auth.identity import require_role as check_role
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
 from parley.kit.db import DbSession
-from parley.kit.errors import Forbidden
+from parley.kit.errors import Forbidden, ParleyError, Unauthorized
 
 # Declares the bearer scheme in OpenAPI; the header itself is read below for precise error messages.
 bearer_scheme = HTTPBearer(bearerFormat="JWT", auto_error=False, description="JWT or platform API key")
@@ -53,6 +53,26 @@ def presented(request: Request) -> Presented:
 
 def resolver(request: Request) -> IdentityResolver:
     return IdentityResolver.of(request.app.state)
+
+
+async def limit_by_address(request: Request) -> None:
+    """For public routes a browser calls (the OAuth callback): count the request per address."""
+    await resolver(request).limit_address(client_address(request))
+
+
+async def guard_signed_webhook(request: Request) -> AsyncIterator[None]:
+    """For webhooks signed by a provider (Twilio, WhatsApp): an address whose requests keep failing
+    their signature is refused with 429 for a while. Verified deliveries are not counted per address,
+    since every tenant's deliveries come from the provider's few addresses."""
+    identity = resolver(request)
+    address = client_address(request)
+    await identity.refuse_blocked_address(address)
+    try:
+        yield
+    except ParleyError as exc:
+        if isinstance(exc, Unauthorized | Forbidden):
+            await identity.count_failure(address)
+        raise
 
 
 async def get_principal(

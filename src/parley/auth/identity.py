@@ -289,6 +289,14 @@ class IdentityResolver:
                 decision.retry_after,
             )
 
+    async def refuse_blocked_address(self, address: str | None) -> None:
+        """429 when ``address`` has failed authentication too often (a signature, a key, a token)."""
+        await self._refuse_blocked_address(address)
+
+    async def count_failure(self, address: str | None) -> None:
+        """Count a failed authentication (a bad webhook signature, say) against ``address``."""
+        await self._count_failure(address)
+
     async def _refuse_blocked_address(self, address: str | None) -> None:
         if not address:
             return

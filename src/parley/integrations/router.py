@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
 from parley.audit.service import describe
-from parley.auth.dependencies import OrgAdmin, OrgReader
+from parley.auth.dependencies import OrgAdmin, OrgReader, limit_by_address
 from parley.integrations import oauth, service
 from parley.integrations import tasks as _tasks  # noqa: F401  (registers the refresh job)
 from parley.integrations.models import IntegrationConnection
@@ -75,6 +75,7 @@ def _html_page(out: CallbackOut) -> str:
 @router.get(
     "/oauth/callback",
     summary="List Integration Oauth Callback",
+    dependencies=[Depends(limit_by_address)],
     response_model=CallbackOut,
     responses={
         200: {
