@@ -239,10 +239,9 @@ async def connect_integration(
 ) -> ConnectOut:
     """Start connecting: the answer's ``authorization_url`` (PKCE S256, one-time ``state`` bound to
     you and this organization, valid for 10 minutes) is where the person's browser goes next. The body
-    is optional: ``return_to`` (a path here or an allowed origin) and ``scopes``.
-
-    The answer also sets a cookie (HttpOnly, SameSite=Lax, scoped to the callback's path) that binds
-    the state to this browser: the callback refuses the state without it."""
+    is optional: ``return_to`` (a path here or an allowed origin) and ``scopes``."""
+    # The answer also sets a cookie (HttpOnly, SameSite=Lax, scoped to the callback's path) binding the
+    # state to this browser; the callback refuses the state without it (docs/integrations.md).
     out, pending, cookie = await service.start_connect(
         session, request.app.state.settings, context, provider, data
     )
