@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.api_keys.models import ApiKey
 from parley.api_keys.schemas import ApiKeyCreate, ApiKeyOut
-from parley.auth.principal import OrgContext, Principal
+from parley.auth.principal import OrgContext, scopes_role
 from parley.auth.roles import Role
 from parley.kit.crypto import sha256_hex
 from parley.kit.db import utcnow
@@ -35,7 +35,7 @@ def to_out(key: ApiKey) -> ApiKeyOut:
 
 async def create_key(session: AsyncSession, context: OrgContext, data: ApiKeyCreate) -> tuple[ApiKey, str]:
     principal = context.principal
-    requested = Principal(kind="api_key", id="", scopes=frozenset(data.scopes)).api_key_role()
+    requested = scopes_role(data.scopes)
     if principal.kind == "api_key" and not principal.api_key_role().at_least(requested):
         raise Forbidden("An API key can only create keys that grant no more than it has itself.")
     key_id = new_id("key")
@@ -89,8 +89,7 @@ async def revoke_keys_beyond(
     now = utcnow()
     revoked: list[str] = []
     for key in keys:
-        grants = Principal(kind="api_key", id=key.id, scopes=frozenset(key.scopes)).api_key_role()
-        if role is None or grants.rank > role.rank:
+        if role is None or scopes_role(key.scopes).rank > role.rank:
             key.revoked_at = now
             revoked.append(key.id)
     await session.flush()

@@ -63,9 +63,10 @@ def system_context(
     return OrgContext(organization_id, role, Principal(kind="system", id=actor, name=name))
 
 
-def user_context(organization_id: str, role: Role, principal: Principal) -> OrgContext:
-    """A user's context in an organization whose membership the caller has already established."""
-    return OrgContext(organization_id, role, principal)
+def user_context(organization_id: str, role: Role, *, user_id: str, subject: str | None = None) -> OrgContext:
+    """A user acting in an organization whose membership the caller has just established itself
+    (the demo seed, which made the owner and the organization in the same transaction)."""
+    return OrgContext(organization_id, role, Principal(kind="user", id=user_id, subject=subject))
 
 
 def require_role(context: OrgContext, minimum: Role, *, what: str | None = None) -> None:
