@@ -40,6 +40,9 @@ def live_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
             auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
             admin_subjects=["fuzzer"],
             rate_limit_per_minute=0,
+            rate_limit_org_per_minute=0,  # thousands of generated requests in one organization
+            auth_failures_per_minute=0,  # generated requests include bad credentials on purpose
+            rate_limit_address_per_minute=0,
             log_level="WARNING",
             log_json=False,
         )

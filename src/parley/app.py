@@ -13,7 +13,9 @@ from parley.admin.router import router as admin_router
 from parley.api_keys.router import router as api_keys_router
 from parley.assets.router import router as assets_router
 from parley.assets.router import uploads_router
+from parley.audit.dependencies import audit_mutations
 from parley.audit.router import router as audit_router
+from parley.auth.dependencies import on_authenticated
 from parley.auth.router import router as me_router
 from parley.auth.service import KnownUsers
 from parley.auth.tokens import TokenVerifier
@@ -176,6 +178,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         # jobs then run when drained, never beside a request on that connection.
         app.state.jobs = JobRunner(JobContext(db=database, state=app.state), workers=0)
     install_error_handlers(app)
+    # Mutating requests are audited once their principal is known; auth itself imports no audit.
+    on_authenticated(app, audit_mutations)
     for router in ROUTERS:
         app.include_router(router)
     # Uploads get their own, larger limits; the routes check their exact limits again.

@@ -159,7 +159,11 @@ def up(
     connector_key = _local_connector_key(settings)
     demo = _seed(settings, LOCAL_ADMIN_SUBJECT, settings.connector_url, connector_key)
     token = mint_token(
-        settings, subject=LOCAL_ADMIN_SUBJECT, name="Local admin", admin=True, ttl_seconds=30 * 24 * 3600
+        settings,
+        subject=LOCAL_ADMIN_SUBJECT,
+        name="Local admin",
+        admin=True,
+        ttl_seconds=min(30 * 24 * 3600, settings.auth_max_token_lifetime_seconds),
     )
 
     child = subprocess.Popen(  # noqa: S603 - our own interpreter and fixed arguments; the connector runs as its own process
@@ -361,6 +365,13 @@ def token_create(
     if settings.jwt_secret_value() is None:
         console.print(
             "[red]No HS256 secret is configured[/red] (PARLEY_AUTH_JWT_SECRET); tokens come from your identity provider."
+        )
+        raise typer.Exit(2)
+    if ttl > settings.auth_max_token_lifetime_seconds:
+        console.print(
+            f"[red]--ttl {ttl} is longer than the maximum token lifetime[/red] of "
+            f"{settings.auth_max_token_lifetime_seconds} s (PARLEY_AUTH_MAX_TOKEN_LIFETIME_SECONDS); "
+            "the API would refuse the token."
         )
         raise typer.Exit(2)
     out.print(

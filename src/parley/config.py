@@ -101,12 +101,26 @@ class Settings(BaseSettings):
     auth_jwks_cache_seconds: float = Field(default=300.0, gt=0)
     auth_jwks_refetch_cooldown: float = Field(default=30.0, ge=0)
     auth_leeway_seconds: int = Field(default=30, ge=0, le=600)
+    auth_max_token_lifetime_seconds: int = Field(
+        default=30 * 24 * 3600,
+        ge=60,
+        description="The longest lifetime (exp - iat) a login JWT may have; longer ones are refused.",
+    )
     admin_subjects: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     secret_key: SecretStr | None = None
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     rate_limit_per_minute: int = Field(default=600, ge=0)
+    rate_limit_org_per_minute: int = Field(
+        default=3000, ge=0, description="Requests per minute of one organization, all its callers together."
+    )
+    rate_limit_address_per_minute: int = Field(
+        default=600, ge=0, description="Unauthenticated requests (webhooks, OAuth callbacks) per address."
+    )
+    auth_failures_per_minute: int = Field(
+        default=30, ge=0, description="Failed authentications per address before it is refused with 429."
+    )
     outbound_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
     outbound_timeout: float = Field(default=10.0, gt=0)
     llm_timeout: float = Field(default=60.0, gt=0, le=600, description="Seconds an LLM call may take.")

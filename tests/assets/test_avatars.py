@@ -141,3 +141,24 @@ async def test_api_key_has_no_user_avatar(client: httpx.AsyncClient) -> None:
     png = files.image_bytes("PNG")
     assert (await upload_avatar(client, key_headers, png)).status_code == 403
     assert (await upload_avatar(client, key_headers, png, target="organization")).status_code == 200
+
+
+async def test_a_viewer_cannot_create_organization_assets_through_the_avatar_upload(
+    client: httpx.AsyncClient,
+) -> None:
+    """Issue 18: every avatar is an organization asset, and viewers may not create assets."""
+    headers = await setup_org(client)
+    org_id = headers["X-Organization-Id"]
+    await client.post(
+        f"/api/organizations/{org_id}/members", json={"subject": "bob", "role": "viewer"}, headers=headers
+    )
+    viewer = auth(BOB, org_id)
+    png = files.image_bytes("PNG")
+    for target in ("user", "organization"):
+        response = await upload_avatar(client, viewer, png, target=target)
+        assert response.status_code == 403, response.text
+        assert "member role or higher" in response.json()["detail"]
+    assets = await client.get("/api/assets", headers=headers)
+    assert assets.status_code == 200 and assets.json()["items"] == []
+    me = (await client.get("/api/me", headers=viewer)).json()
+    assert me.get("avatar_url") is None

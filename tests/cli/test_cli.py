@@ -43,6 +43,18 @@ def test_db_upgrade_current_and_token(tmp_path: Path) -> None:
     assert claims["exp"] - claims["iat"] == 600
 
 
+def test_token_create_stays_within_the_maximum_token_lifetime(tmp_path: Path) -> None:
+    env = {"PARLEY_AUTH_MAX_TOKEN_LIFETIME_SECONDS": "3600"}
+    refused = run(["token", "create", "--sub", "alice", "--ttl", "3601"], tmp_path, **env)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert (
+        "maximum token lifetime" in refused.stderr
+        and "PARLEY_AUTH_MAX_TOKEN_LIFETIME_SECONDS" in refused.stderr
+    )
+    made = run(["token", "create", "--sub", "alice", "--ttl", "3600"], tmp_path, **env)
+    assert made.returncode == 0, made.stderr
+
+
 def test_bad_configuration_is_one_clear_sentence(tmp_path: Path) -> None:
     cases = [
         ({"PARLEY_DATABASE_URL": "mysql://db/x"}, "PARLEY_DATABASE_URL"),

@@ -33,6 +33,24 @@ async def test_two_limiters_share_one_window(tmp_path: Path, redis_prefix: str) 
         await second.aclose()
 
 
+async def test_per_scope_limits_and_peeks_share_the_redis_window(tmp_path: Path, redis_prefix: str) -> None:
+    """The organization, address and failed-authentication limits use the same Redis windows."""
+    settings = _settings(tmp_path, redis_url=REDIS_URL, redis_prefix=redis_prefix, rate_limit_per_minute=100)
+    first, second = limiter_from_settings(settings), limiter_from_settings(settings)
+    assert isinstance(first, RedisLimiter) and isinstance(second, RedisLimiter)
+    try:
+        counted = [await (first if n % 2 else second).check("authfail:10.0.0.1", limit=3) for n in range(3)]
+        assert all(d.allowed for d in counted)
+        blocked = await second.check("authfail:10.0.0.1", limit=3, peek=True)
+        assert not blocked.allowed and 1 <= blocked.retry_after <= 60
+        # a peek counts nothing: another key peeked many times stays allowed
+        assert all([(await first.check("authfail:10.0.0.2", limit=1, peek=True)).allowed for _ in range(5)])
+        assert (await first.check("authfail:10.0.0.2", limit=1)).allowed
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
 class _Warnings:
     """Stands in for the limiter module's logger: what it warned (the log's rendering is not the point)."""
 

@@ -90,7 +90,11 @@ class Caller:
 
 
 async def _call(ws_url: str, session_id: str, token: str, org: str) -> Caller:
-    ws = await connect(f"{ws_url}/api/sessions/{session_id}/audio?token={token}&org={org}", open_timeout=30)
+    ws = await connect(
+        f"{ws_url}/api/sessions/{session_id}/audio?org={org}",
+        additional_headers={"Authorization": f"Bearer {token}"},
+        open_timeout=30,
+    )
     caller = Caller(ws)
     await asyncio.wait_for(caller.ready.wait(), 30)
     return caller
@@ -147,7 +151,9 @@ async def test_sigterm_drains_live_calls(tmp_path: Path) -> None:
             refused = await client.post("/api/sessions", json={"flow_id": flow["id"]}, headers=headers)
             turn = await client.get(f"/api/sessions/{ids[0]}", headers=headers)
             async with connect(
-                f"{ws_url}/api/sessions/{ids[0]}/audio?token={token}&org={org}", open_timeout=30
+                f"{ws_url}/api/sessions/{ids[0]}/audio?org={org}",
+                additional_headers={"Authorization": f"Bearer {token}"},
+                open_timeout=30,
             ) as late:
                 with contextlib.suppress(ConnectionClosed):
                     async for _ in late:

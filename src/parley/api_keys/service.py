@@ -5,11 +5,13 @@ from __future__ import annotations
 import secrets
 from datetime import timedelta
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.api_keys.schemas import ApiKeyCreate, ApiKeyOut
 from parley.auth.models import ApiKey
-from parley.auth.principal import OrgContext, Principal
+from parley.auth.principal import OrgContext, scopes_role
+from parley.auth.roles import Role
 from parley.kit.crypto import sha256_hex
 from parley.kit.db import utcnow
 from parley.kit.errors import Conflict, Forbidden
@@ -33,7 +35,7 @@ def to_out(key: ApiKey) -> ApiKeyOut:
 
 async def create_key(session: AsyncSession, context: OrgContext, data: ApiKeyCreate) -> tuple[ApiKey, str]:
     principal = context.principal
-    requested = Principal(kind="api_key", id="", scopes=frozenset(data.scopes)).api_key_role()
+    requested = scopes_role(data.scopes)
     if principal.kind == "api_key" and not principal.api_key_role().at_least(requested):
         raise Forbidden("An API key can only create keys that grant no more than it has itself.")
     key_id = new_id("key")
@@ -64,3 +66,31 @@ async def revoke_key(session: AsyncSession, context: OrgContext, key_id: str) ->
     key.revoked_at = utcnow()
     await session.flush()
     return key
+
+
+async def revoke_keys_beyond(
+    session: AsyncSession, organization_id: str, creator_id: str, role: Role | None
+) -> list[str]:
+    """Revoke the active keys ``creator_id`` made in the organization that grant more than ``role``
+    (all of them when ``role`` is None: the person left); the revoked keys' ids.
+
+    A key must not outlive its creator's authority: a removed admin's admin key could otherwise add
+    them back. Keys within the new role keep working; an admin makes a new key to replace one.
+    """
+    keys = (
+        await session.scalars(
+            select(ApiKey).where(
+                ApiKey.organization_id == organization_id,
+                ApiKey.created_by == creator_id,
+                ApiKey.revoked_at.is_(None),
+            )
+        )
+    ).all()
+    now = utcnow()
+    revoked: list[str] = []
+    for key in keys:
+        if role is None or scopes_role(key.scopes).rank > role.rank:
+            key.revoked_at = now
+            revoked.append(key.id)
+    await session.flush()
+    return sorted(revoked)

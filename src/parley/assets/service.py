@@ -224,6 +224,12 @@ async def set_avatar(
 ) -> tuple[Asset, ProcessedImage]:
     """Re-encode the image, store it as an image asset and point the user's or organization's avatar at it."""
     principal = context.principal
+    if not context.role.at_least(Role.member):
+        # Every avatar is stored as one of the organization's assets, which viewers may not create.
+        raise Forbidden(
+            "Uploading an avatar stores an image among the organization's assets, which needs the member "
+            f"role or higher; your role is {context.role.value}."
+        )
     if target == "organization" and not context.role.at_least(Role.admin):
         raise Forbidden(
             f"Changing the organization's avatar needs the admin role or higher; your role is {context.role.value}."

@@ -1,29 +1,78 @@
-"""FastAPI dependencies: the calling principal, the active organization and role requirements.
+"""FastAPI dependencies: thin wrappers over the identity resolver (:mod:`parley.auth.identity`).
 
 Use the ``Annotated`` aliases in handlers: ``CurrentPrincipal``, ``OrgReader`` (any member),
 ``OrgWriter`` (member or above), ``OrgAdmin``, ``OrgOwner`` and ``PlatformAdmin``.
+
+Other layers that want to act once a request's principal is known (the audit log of mutating
+requests) register a hook with :func:`on_authenticated` at start-up; auth imports none of them.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.audit.dependencies import audit_mutations, set_organization
-from parley.auth.models import Membership
+from parley.auth.identity import QUERY_CREDENTIAL_PARAMETERS, IdentityResolver, Presented
+from parley.auth.identity import require_role as check_role
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
-from parley.auth.service import API_KEY_PREFIX, principal_from_api_key, user_from_claims
-from parley.auth.tokens import TokenVerifier
 from parley.kit.db import ReadSession
-from parley.kit.errors import BadRequest, Forbidden, NotFound, TooManyRequests, Unauthorized
-from parley.kit.ratelimit import RateLimiter
+from parley.kit.errors import Forbidden, ParleyError, Unauthorized
 
 # Declares the bearer scheme in OpenAPI; the header itself is read below for precise error messages.
 bearer_scheme = HTTPBearer(bearerFormat="JWT", auto_error=False, description="JWT or platform API key")
+
+AuthenticatedHook = Callable[[Request, AsyncSession, Principal], None]
+
+
+def on_authenticated(app: FastAPI, hook: AuthenticatedHook) -> None:
+    """Call ``hook(request, session, principal)`` once a request's principal is resolved."""
+    hooks: list[AuthenticatedHook] = getattr(app.state, "authenticated_hooks", [])
+    app.state.authenticated_hooks = [*hooks, hook]
+
+
+def client_address(request: Request) -> str | None:
+    return request.client.host if request.client else None
+
+
+def presented(request: Request) -> Presented:
+    """What an HTTP request presented."""
+    query = request.query_params
+    query_token = next((query[name] for name in QUERY_CREDENTIAL_PARAMETERS if query.get(name)), None)
+    return Presented(
+        authorization=request.headers.get("authorization"),
+        organization=request.headers.get("x-organization-id"),
+        query_token=query_token.strip() if query_token else None,
+        address=client_address(request),
+    )
+
+
+def resolver(request: Request) -> IdentityResolver:
+    return IdentityResolver.of(request.app.state)
+
+
+async def limit_by_address(request: Request) -> None:
+    """For public routes a browser calls (the OAuth callback): count the request per address."""
+    await resolver(request).limit_address(client_address(request))
+
+
+async def guard_signed_webhook(request: Request) -> AsyncIterator[None]:
+    """For webhooks signed by a provider (Twilio, WhatsApp): an address whose requests keep failing
+    their signature is refused with 429 for a while. Verified deliveries are not counted per address,
+    since every tenant's deliveries come from the provider's few addresses."""
+    identity = resolver(request)
+    address = client_address(request)
+    await identity.refuse_blocked_address(address)
+    try:
+        yield
+    except ParleyError as exc:
+        if isinstance(exc, Unauthorized | Forbidden):
+            await identity.count_failure(address)
+        raise
 
 
 async def get_principal(
@@ -31,96 +80,25 @@ async def get_principal(
     session: ReadSession,
     _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> Principal:
-    header = request.headers.get("authorization")
-    if not header:
-        raise Unauthorized("Authentication required: send 'Authorization: Bearer <token>'.")
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer":
-        # The unknown "scheme" may be a bare credential: never echo it back.
-        raise Unauthorized("Only the Bearer scheme is accepted; send 'Authorization: Bearer <token>'.")
-    if not token:
-        raise Unauthorized("The bearer token is empty.")
-    app_state = request.app.state
-    if token.startswith(API_KEY_PREFIX):
-        principal = await principal_from_api_key(session, token)
-    else:
-        verifier: TokenVerifier = app_state.token_verifier
-        claims = await verifier.verify(token)
-        principal = await user_from_claims(
-            session, claims, app_state.settings.admin_subjects, app_state.known_users
-        )
-    limiter: RateLimiter = app_state.rate_limiter
-    decision = await limiter.check(f"{principal.kind}:{principal.id}")
-    if not decision.allowed:
-        raise TooManyRequests(
-            f"Rate limit of {limiter.limit} requests per minute exceeded; retry in {decision.retry_after} s.",
-            decision.retry_after,
-        )
+    principal = await resolver(request).principal(session, presented(request))
     request.state.principal = principal
-    audit_mutations(request, session, principal)
+    for hook in getattr(request.app.state, "authenticated_hooks", []):
+        hook(request, session, principal)
     return principal
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
-async def resolve_membership_role(
-    session: ReadSession, principal: Principal, organization_id: str
-) -> Role | None:
-    if principal.kind == "api_key":
-        return principal.api_key_role() if principal.api_key_organization_id == organization_id else None
-    role = await session.scalar(
-        select(Membership.role).where(
-            Membership.organization_id == organization_id, Membership.user_id == principal.id
-        )
-    )
-    return Role(role) if role is not None else None
-
-
 async def get_org_context(request: Request, session: ReadSession, principal: CurrentPrincipal) -> OrgContext:
-    requested = request.headers.get("x-organization-id", "").strip() or None
-    if principal.kind == "api_key":
-        organization_id = principal.api_key_organization_id
-        assert organization_id is not None
-        if requested is not None and requested != organization_id:
-            raise NotFound(f"Organization {requested!r} was not found.")
-        context = OrgContext(organization_id, principal.api_key_role(), principal)
-    elif requested is not None:
-        role = await resolve_membership_role(session, principal, requested)
-        if role is None:
-            raise NotFound(f"Organization {requested!r} was not found.")
-        context = OrgContext(requested, role, principal)
-    else:
-        rows = (
-            await session.execute(
-                select(Membership.organization_id, Membership.role)
-                .where(Membership.user_id == principal.id)
-                .limit(2)
-            )
-        ).all()
-        if not rows:
-            raise BadRequest(
-                "You are not a member of any organization yet; create one with POST /api/organizations."
-            )
-        if len(rows) > 1:
-            count = await session.scalar(
-                select(func.count()).select_from(Membership).where(Membership.user_id == principal.id)
-            )
-            raise BadRequest(
-                f"You belong to {count} organizations; choose one with the X-Organization-Id header."
-            )
-        context = OrgContext(rows[0][0], Role(rows[0][1]), principal)
-    set_organization(request, context.organization_id)
+    context = await resolver(request).context(session, principal, presented(request).organization)
+    request.state.organization_id = context.organization_id
     return context
 
 
 def require_role(minimum: Role) -> object:
     async def check(context: Annotated[OrgContext, Depends(get_org_context)]) -> OrgContext:
-        if not context.role.at_least(minimum):
-            raise Forbidden(
-                f"This needs the {minimum.value} role or higher; your role is {context.role.value}."
-            )
+        check_role(context, minimum)
         return context
 
     return Depends(check)

@@ -40,6 +40,7 @@ class TokenVerifier:
         self.issuer = settings.auth_issuer
         self.audience = settings.auth_audience
         self.leeway = settings.auth_leeway_seconds
+        self.max_lifetime = settings.auth_max_token_lifetime_seconds
         self.jwks = (
             JWKSCache(
                 settings.auth_jwks_url,
@@ -94,6 +95,7 @@ class TokenVerifier:
             raise _reject("signature", "The token's signature does not verify.") from exc
         except jwt.PyJWTError as exc:
             raise _reject("invalid", "The bearer token is invalid.") from exc
+        self._check_lifetime(payload)
         subject = payload.get("sub")
         if not isinstance(subject, str) or not subject or len(subject) > 255:
             raise _reject("claims", "The token's 'sub' claim must be a non-empty string.")
@@ -108,6 +110,21 @@ class TokenVerifier:
             if isinstance(roles, list | tuple)
             else frozenset(),
         )
+
+    def _check_lifetime(self, payload: dict[str, Any]) -> None:
+        # A stolen token is only as dangerous as it is long-lived: refuse ones minted to live "forever".
+        exp = payload.get("exp")
+        iat = payload.get("iat")
+        start = iat if isinstance(iat, int | float) and not isinstance(iat, bool) else time.time()
+        if not isinstance(exp, int | float) or isinstance(exp, bool):
+            return  # PyJWT already refused a missing or non-numeric exp
+        lifetime = exp - start
+        if lifetime > self.max_lifetime:
+            raise _reject(
+                "lifetime",
+                f"The token is valid for {int(lifetime)} s, longer than the {self.max_lifetime} s this "
+                "service accepts (PARLEY_AUTH_MAX_TOKEN_LIFETIME_SECONDS); ask for a shorter-lived token.",
+            )
 
 
 def _short_str(value: object, limit: int) -> str | None:

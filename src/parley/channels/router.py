@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import PlainTextResponse
 
 from parley.audit.dependencies import describe
-from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
+from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter, guard_signed_webhook
 from parley.channels import routing, service, whatsapp
 from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage
 from parley.channels.schemas import (
@@ -267,6 +267,7 @@ WEBHOOK_BODY: dict[str, Any] = {
 @router.get(
     "/whatsapp/webhook",
     summary="Verify WhatsApp Webhook",
+    dependencies=[Depends(guard_signed_webhook)],
     response_class=PlainTextResponse,
     responses={
         200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "The challenge."}
@@ -289,6 +290,7 @@ async def verify_whatsapp_webhook(
 @router.post(
     "/whatsapp/webhook",
     summary="Receive WhatsApp Webhook",
+    dependencies=[Depends(guard_signed_webhook)],
     response_model=WebhookAck,
     responses=documented(413),
     openapi_extra=WEBHOOK_BODY,

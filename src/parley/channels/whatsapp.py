@@ -26,8 +26,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.datastructures import State
 
-from parley.auth.principal import OrgContext, Principal
-from parley.auth.roles import Role
+from parley.auth.identity import system_context
+from parley.auth.principal import OrgContext
 from parley.channels import routing, service
 from parley.channels.models import WhatsAppAccount, WhatsAppMessage
 from parley.channels.schemas import WebhookAck, WebhookMessage, WebhookPayload
@@ -216,14 +216,8 @@ async def receive(
 
 
 def _context(account: WhatsAppAccount) -> OrgContext:
-    principal = Principal(
-        kind="api_key",
-        id=account.id,
-        name="WhatsApp",
-        api_key_organization_id=account.organization_id,
-        scopes=frozenset({"write"}),
-    )
-    return OrgContext(account.organization_id, Role.member, principal)
+    # The account's conversations are the platform acting for its organization, as that account.
+    return system_context(account.organization_id, actor=account.id, name="WhatsApp")
 
 
 def _chunks(text: str) -> list[str]:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.auth.identity import user_context
 from parley.auth.models import Membership, Organization, User
-from parley.auth.principal import OrgContext, Principal
+from parley.auth.principal import OrgContext
 from parley.auth.roles import Role
 from parley.config import Settings
 from parley.demo.flows import order_status_flow
@@ -124,7 +125,8 @@ async def seed_demo(
 ) -> SeedResult:
     user = await _owner(session, owner_subject)
     org = await _organization(session, user)
-    context = OrgContext(org.id, Role.owner, Principal(kind="user", id=user.id, subject=owner_subject))
+    # The seed acts as the owner it just made; the membership was written above, not looked up.
+    context = user_context(org.id, Role.owner, user_id=user.id, subject=owner_subject)
     tool = await _tool(session, settings, context, connector_url, connector_key)
     flow_ids = {language: (await _published_flow(session, context, language)).id for language in DEMO_FLOWS}
     return SeedResult(org.id, tool.id, flow_ids)

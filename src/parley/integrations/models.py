@@ -48,6 +48,8 @@ class OAuthState(OrgScopedMixin, Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     consumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, nullable=False)
+    # SHA-256 of the cookie the connect set in the starting browser; the callback must bring it back.
+    browser_hash: Mapped[str | None] = mapped_column(String(64))
 
 
 class IntegrationConnection(OrgScopedMixin, TimestampMixin, Base):

@@ -3,11 +3,11 @@ from __future__ import annotations
 import html
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from parley.audit.dependencies import describe, request_facts
-from parley.auth.dependencies import OrgAdmin, OrgReader
+from parley.auth.dependencies import OrgAdmin, OrgReader, limit_by_address
 from parley.integrations import oauth, service
 from parley.integrations import tasks as _tasks  # noqa: F401  (registers the refresh job)
 from parley.integrations.models import IntegrationConnection
@@ -75,6 +75,7 @@ def _html_page(out: CallbackOut) -> str:
 @router.get(
     "/oauth/callback",
     summary="List Integration Oauth Callback",
+    dependencies=[Depends(limit_by_address)],
     response_model=CallbackOut,
     responses={
         200: {
@@ -100,7 +101,9 @@ async def list_integration_oauth_callback(
     (``error=access_denied``); the state is used up either way. The code is exchanged (with the PKCE
     verifier) and the tokens stored encrypted; a failing token endpoint is 502 with its reason.
     """
-    params = service.CallbackParams(code=code, state=state, error=error, error_description=error_description)
+    params = service.CallbackParams(
+        code=code, state=state, error=error, error_description=error_description, cookies=request.cookies
+    )
     try:
         out = await service.complete_callback(
             session, request.app.state.settings, request_facts(request), params
@@ -230,6 +233,7 @@ async def remove_integration_client(
 )
 async def connect_integration(
     request: Request,
+    response: Response,
     session: DbSession,
     context: OrgAdmin,
     provider: ProviderKey,
@@ -238,6 +242,19 @@ async def connect_integration(
     """Start connecting: the answer's ``authorization_url`` (PKCE S256, one-time ``state`` bound to
     you and this organization, valid for 10 minutes) is where the person's browser goes next. The body
     is optional: ``return_to`` (a path here or an allowed origin) and ``scopes``."""
-    out, pending = await service.start_connect(session, request.app.state.settings, context, provider, data)
+    # The answer also sets a cookie (HttpOnly, SameSite=Lax, scoped to the callback's path) binding the
+    # state to this browser; the callback refuses the state without it (docs/integrations.md).
+    out, pending, cookie = await service.start_connect(
+        session, request.app.state.settings, context, provider, data
+    )
+    response.set_cookie(
+        cookie.name,
+        cookie.value,
+        max_age=cookie.max_age,
+        path=cookie.path,
+        secure=cookie.secure,
+        httponly=True,
+        samesite="lax",
+    )
     describe(request, "integration_state", pending.id, provider=provider)
     return out

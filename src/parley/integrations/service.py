@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from dataclasses import dataclass
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import httpx
 import structlog
@@ -43,7 +46,7 @@ from parley.integrations.schemas import (
     ConnectOut,
     ProviderOut,
 )
-from parley.kit.crypto import mask, row_secrets, sha256_hex
+from parley.kit.crypto import constant_time_equals, mask, row_secrets, sha256_hex
 from parley.kit.db import Database, unit_of_work, utcnow
 from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyError
 from parley.kit.ids import new_id
@@ -63,6 +66,35 @@ FATAL_REFRESH_ERRORS = frozenset({"invalid_grant", "invalid_client", "unauthoriz
 
 def callback_url(settings: Settings) -> str:
     return settings.base_url.rstrip("/") + CALLBACK_PATH
+
+
+BROWSER_COOKIE_PREFIX = "parley_oauth_"
+
+
+def browser_cookie_name(state_id: str) -> str:
+    """One cookie per pending state, so two connects started in one browser do not overwrite each other."""
+    return BROWSER_COOKIE_PREFIX + state_id
+
+
+@dataclass(frozen=True)
+class BrowserCookie:
+    """The cookie a connect sets in the browser that started it (the callback must bring it back)."""
+
+    name: str
+    value: str
+    max_age: int
+    path: str
+    secure: bool
+
+
+def _browser_cookie(settings: Settings, state_id: str, value: str) -> BrowserCookie:
+    return BrowserCookie(
+        name=browser_cookie_name(state_id),
+        value=value,
+        max_age=int(settings.integrations_state_ttl_seconds),
+        path=urlsplit(callback_url(settings)).path or "/",
+        secure=settings.base_url.startswith("https://"),
+    )
 
 
 def _policy(settings: Settings) -> OutboundPolicy:
@@ -355,7 +387,7 @@ async def delete_client(session: AsyncSession, context: OrgContext, provider: st
 
 async def start_connect(
     session: AsyncSession, settings: Settings, context: OrgContext, provider: str, body: ConnectBody
-) -> tuple[ConnectOut, OAuthState]:
+) -> tuple[ConnectOut, OAuthState, BrowserCookie]:
     if not context.principal.is_user:
         raise Forbidden("Connecting an integration needs a person's token (the state is bound to a user).")
     row = await get_client(session, context.organization_id, provider)
@@ -384,14 +416,19 @@ async def start_connect(
         created_at=now,
     )
     pending.code_verifier = row_secrets(settings, pending).seal("code_verifier", verifier)
+    # The state alone would let anyone who holds it finish the flow in their own browser (or lure a
+    # victim's browser into finishing the attacker's flow): bind it to a cookie of the starting browser.
+    browser_secret = secrets.token_urlsafe(32)
+    pending.browser_hash = sha256_hex(browser_secret)
     session.add(pending)
     await session.flush()
     url = oauth.authorization_url(
         config, state=state, code_verifier=verifier, redirect_uri=redirect_uri, scopes=scopes
     )
-    return ConnectOut(
+    out = ConnectOut(
         authorization_url=url, state=state, expires_at=pending.expires_at, redirect_uri=redirect_uri
-    ), pending
+    )
+    return out, pending, _browser_cookie(settings, pending.id, browser_secret)
 
 
 @dataclass(frozen=True)
@@ -400,6 +437,7 @@ class CallbackParams:
     state: str | None
     error: str | None
     error_description: str | None
+    cookies: Mapping[str, str] = field(default_factory=dict)  # the browser's cookies on the callback
 
 
 async def find_state(session: AsyncSession, state: str | None) -> OAuthState:
@@ -416,6 +454,22 @@ async def find_state(session: AsyncSession, state: str | None) -> OAuthState:
     if row.expires_at <= utcnow():
         raise BadRequest("The state expired; the authorization has to complete within minutes. Start again.")
     return row
+
+
+def check_browser(row: OAuthState, cookies: Mapping[str, str]) -> None:
+    """400 unless the callback comes from the browser that started the connect (its cookie matches).
+
+    The state is not used up: the person's own browser may still complete it.
+    """
+    if row.browser_hash is None:  # a state from before states were bound to browsers
+        return
+    presented = cookies.get(browser_cookie_name(row.id), "")
+    if not presented or not constant_time_equals(sha256_hex(presented), row.browser_hash):
+        raise BadRequest(
+            "This authorization was started in another browser (its connect cookie is missing or does "
+            "not match); start again with POST /api/integrations/{provider}/connect from the browser "
+            "that completes it."
+        )
 
 
 ALREADY_USED = "This state was already used; each authorization can complete once. Start again."
@@ -452,6 +506,7 @@ async def complete_callback(
     """Check the state, exchange the code, store the tokens. Whatever happens once the state is known
     uses it up; the caller must commit on errors too (the router answers them instead of raising)."""
     row = await find_state(session, params.state)
+    check_browser(row, params.cookies)
     pending = _Pending(
         row.id,
         row.organization_id,

@@ -35,7 +35,12 @@ class RateDecision:
 class RateLimiter(Protocol):
     limit: int
 
-    async def check(self, key: str) -> RateDecision: ...
+    async def check(self, key: str, *, limit: int | None = None, peek: bool = False) -> RateDecision:
+        """Count one request against ``key`` (``limit`` overrides the default; 0 means no limit).
+
+        ``peek`` answers whether one more request would be allowed without counting it.
+        """
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -49,8 +54,11 @@ class SlidingWindowLimiter:
         self.max_keys = max_keys
         self._buckets: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
 
-    def hit(self, key: str, now: float | None = None) -> RateDecision:
-        if self.limit <= 0:
+    def hit(
+        self, key: str, now: float | None = None, *, limit: int | None = None, peek: bool = False
+    ) -> RateDecision:
+        limit = self.limit if limit is None else limit
+        if limit <= 0:
             return RateDecision(True, 0)
         now = time.monotonic() if now is None else now
         window_index = int(now // self.window)
@@ -60,24 +68,25 @@ class SlidingWindowLimiter:
             current = 0
         elapsed = (now % self.window) / self.window
         estimated = previous * (1 - elapsed) + current
-        if estimated + 1 > self.limit:
+        if estimated + 1 > limit:
             self._buckets[key] = (window_index, current, previous)
             retry = math.ceil(self.window - (now % self.window))
             return RateDecision(False, max(1, retry))
-        self._buckets[key] = (window_index, current + 1, previous)
+        self._buckets[key] = (window_index, current if peek else current + 1, previous)
         while len(self._buckets) > self.max_keys:
             self._buckets.popitem(last=False)
         return RateDecision(True, 0)
 
-    async def check(self, key: str) -> RateDecision:
-        return self.hit(key)
+    async def check(self, key: str, *, limit: int | None = None, peek: bool = False) -> RateDecision:
+        return self.hit(key, limit=limit, peek=peek)
 
     async def aclose(self) -> None:
         return None
 
 
 # The same estimate as SlidingWindowLimiter, atomically in Redis, on Redis's clock (so every host agrees).
-# KEYS[1]: the key's base name; ARGV: limit, window in ms. Answers {allowed, retry_after_seconds}.
+# KEYS[1]: the key's base name; ARGV: limit, window in ms, 1 to only peek (count nothing).
+# Answers {allowed, retry_after_seconds}.
 _SLIDING_WINDOW = """
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
@@ -90,6 +99,9 @@ local previous = tonumber(redis.call('GET', KEYS[1] .. ':' .. (index - 1)) or '0
 local elapsed = (now % window) / window
 if previous * (1 - elapsed) + current + 1 > limit then
   return {0, math.ceil((window - (now % window)) / 1000)}
+end
+if ARGV[3] == '1' then
+  return {1, 0}
 end
 redis.call('INCR', current_key)
 redis.call('PEXPIRE', current_key, window * 2)
@@ -113,12 +125,13 @@ class RedisLimiter:
         self._paused_until = 0.0
         self.failures = 0
 
-    async def check(self, key: str) -> RateDecision:
-        if self.limit <= 0 or time.monotonic() < self._paused_until:
+    async def check(self, key: str, *, limit: int | None = None, peek: bool = False) -> RateDecision:
+        limit = self.limit if limit is None else limit
+        if limit <= 0 or time.monotonic() < self._paused_until:
             return RateDecision(True, 0)
         try:
             allowed, retry = await self._script(
-                keys=[f"{self.prefix}:{key}"], args=[self.limit, int(self.window * 1000)]
+                keys=[f"{self.prefix}:{key}"], args=[limit, int(self.window * 1000), int(peek)]
             )
         except (RedisError, OSError, TimeoutError) as exc:
             self.failures += 1

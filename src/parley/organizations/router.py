@@ -4,13 +4,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
 
+from parley.api_keys import service as api_keys
 from parley.audit.dependencies import describe, set_organization
-from parley.auth.dependencies import CurrentPrincipal, CurrentUser, resolve_membership_role
+from parley.auth.dependencies import CurrentPrincipal, CurrentUser, resolver
 from parley.auth.principal import OrgContext
 from parley.auth.roles import Role
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
-from parley.kit.errors import Forbidden, NotFound, documented
+from parley.kit.errors import Forbidden, documented
 from parley.kit.schemas import DeletedOut
 from parley.organizations import service
 from parley.organizations.schemas import (
@@ -31,11 +32,11 @@ UserId = Annotated[str, Path(alias="userId", max_length=40)]
 async def _path_org(
     request: Request, session: DbSession, principal: CurrentPrincipal, org_id: OrgId
 ) -> OrgContext:
-    role = await resolve_membership_role(session, principal, org_id)
-    if role is None:
-        raise NotFound(f"Organization {org_id!r} was not found.")
+    identity = resolver(request)
+    context = await identity.organization(session, principal, org_id)
+    await identity.limit_organization(org_id)
     set_organization(request, org_id)
-    return OrgContext(org_id, role, principal)
+    return context
 
 
 PathOrg = Annotated[OrgContext, Depends(_path_org)]
@@ -44,6 +45,10 @@ PathOrg = Annotated[OrgContext, Depends(_path_org)]
 def _need(context: OrgContext, minimum: Role) -> None:
     if not context.role.at_least(minimum):
         raise Forbidden(f"This needs the {minimum.value} role or higher; your role is {context.role.value}.")
+
+
+def _revoked(key_ids: list[str]) -> dict[str, list[str]]:
+    return {"revoked_api_keys": key_ids} if key_ids else {}
 
 
 def _out(org: object, role: Role | str | None) -> OrganizationOut:
@@ -144,7 +149,9 @@ async def change_member_role(
 ) -> MemberOut:
     _need(context, Role.admin)
     await service.change_member_role(session, context.organization_id, context.role, user_id, data.role)
-    describe(request, "membership", user_id, role=data.role.value)
+    revoked = await api_keys.revoke_keys_beyond(session, context.organization_id, user_id, data.role)
+    # The audit event names the keys that stopped working with the demotion (only when there are some).
+    describe(request, "membership", user_id, role=data.role.value, **_revoked(revoked))
     members = await service.list_members(session, context.organization_id)
     return next(m for m in members if m.user_id == user_id)
 
@@ -157,5 +164,6 @@ async def remove_member(
 ) -> DeletedOut:
     _need(context, Role.admin)
     await service.remove_member(session, context.organization_id, context.role, user_id)
-    describe(request, "membership", user_id)
+    revoked = await api_keys.revoke_keys_beyond(session, context.organization_id, user_id, None)
+    describe(request, "membership", user_id, **_revoked(revoked))
     return DeletedOut(id=user_id)

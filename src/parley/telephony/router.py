@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
 
 from parley.audit.dependencies import describe, request_facts
-from parley.auth.dependencies import OrgReader, OrgWriter, PlatformAdmin
+from parley.auth.dependencies import OrgReader, OrgWriter, PlatformAdmin, guard_signed_webhook
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession, checkpoint
 from parley.kit.errors import ErrorBody, UnsupportedMediaType, documented
@@ -327,6 +327,7 @@ _FORM = "application/x-www-form-urlencoded"
 @router.post(
     "/twilio/voice",
     summary="Twilio Voice Webhook",
+    dependencies=[Depends(guard_signed_webhook)],
     response_class=Response,
     responses={
         200: {"content": {"application/xml": {"schema": {"type": "string"}}}, "description": TWIML_DOC},

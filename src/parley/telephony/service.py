@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit import service as audit
 from parley.audit.service import RequestFacts
-from parley.auth.principal import OrgContext, Principal
-from parley.auth.roles import Role
+from parley.auth.identity import system_context
+from parley.auth.principal import OrgContext
 from parley.auth.stream_tokens import issue_stream_token
 from parley.channels import routing
 from parley.config import Settings
@@ -480,10 +480,6 @@ def twiml_connect(settings: Settings, token: str) -> str:
     )
 
 
-def _system_context(organization_id: str) -> OrgContext:
-    return OrgContext(organization_id, Role.member, Principal(kind="stream", id="twilio"))
-
-
 async def _organization_for_account(session: AsyncSession, account_sid: str) -> str | None:
     if not account_sid:
         return None
@@ -568,7 +564,7 @@ async def answer_twilio_call(
             row, _ = await sessions.create_session(
                 session,
                 settings,
-                _system_context(organization_id),
+                system_context(organization_id, actor="twilio", name="Twilio voice webhook"),
                 SessionCreate(
                     flow_id=flow_id, channel="phone", voiced=True, caller=caller, callee=number.number
                 ),

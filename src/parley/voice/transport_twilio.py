@@ -23,9 +23,7 @@ import structlog
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from parley.auth.principal import OrgContext, Principal
-from parley.auth.roles import Role
-from parley.auth.stream_tokens import verify_stream_token
+from parley.auth.identity import IdentityResolver
 from parley.kit.errors import ParleyError
 from parley.voice.audio import Resampler, mulaw_to_pcm16, pcm16_to_mulaw
 from parley.voice.pipeline.frames import AgentSpoken, EndFrame, ErrorFrame, Frame, WarningFrame
@@ -116,13 +114,10 @@ async def _open(websocket: WebSocket, start: StreamStart) -> Opened:
     if not token:
         raise Refused(CLOSE_POLICY, "The stream has no 'token' parameter.")
     try:
-        grant = verify_stream_token(
-            websocket.app.state.settings, token, session_id=None, purpose="twilio-media"
-        )
+        context, session_id = await IdentityResolver.of(websocket.app.state).twilio_media(token)
     except ParleyError as exc:
         raise Refused(CLOSE_POLICY, exc.detail) from exc
-    context = OrgContext(grant.organization_id, Role.member, Principal(kind="stream", id=grant.issued_by))
-    return await open_voiced(websocket.app.state, context, grant.session_id)
+    return await open_voiced(websocket.app.state, context, session_id)
 
 
 def _format_problem(media_format: dict[str, Any]) -> str | None:

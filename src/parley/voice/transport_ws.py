@@ -14,13 +14,12 @@ from typing import Any
 import structlog
 from fastapi import APIRouter, WebSocket
 
-from parley.auth.dependencies import resolve_membership_role
-from parley.auth.principal import OrgContext, Principal
+from parley.auth.identity import IdentityResolver, Presented, require_role
+from parley.auth.principal import OrgContext
 from parley.auth.roles import Role
-from parley.auth.service import API_KEY_PREFIX, principal_from_api_key, user_from_claims
-from parley.auth.stream_tokens import is_stream_token, verify_stream_token
+from parley.auth.stream_tokens import is_stream_token
 from parley.kit.db import unit_of_work
-from parley.kit.errors import ParleyError
+from parley.kit.errors import Forbidden, NotFound, ParleyError, TooManyRequests, Unauthorized
 from parley.voice.pipeline.frames import (
     AgentText,
     EndFrame,
@@ -74,72 +73,53 @@ log = structlog.get_logger("parley.voice.ws")
 router = APIRouter(prefix="/api/sessions", tags=["Sessions"])
 
 
-async def _principal(websocket: WebSocket, session: Any) -> Principal:
-    header = websocket.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    token = token.strip() if scheme.lower() == "bearer" else ""
-    token = token or websocket.query_params.get("token", "").strip()
-    if not token:
-        raise Refused(CLOSE_UNAUTHORIZED, "Authentication required: 'Authorization: Bearer' or ?token=.")
-    state = websocket.app.state
-    try:
-        if token.startswith(API_KEY_PREFIX):
-            return await principal_from_api_key(session, token)
-        claims = await state.token_verifier.verify(token)
-        return await user_from_claims(session, claims, state.settings.admin_subjects, state.known_users)
-    except ParleyError as exc:
-        raise Refused(CLOSE_UNAUTHORIZED, exc.detail) from exc
+# The identity resolver's typed errors, as WebSocket close codes.
+_CLOSE_CODES: dict[type[ParleyError], int] = {
+    Unauthorized: CLOSE_UNAUTHORIZED,
+    Forbidden: CLOSE_FORBIDDEN,
+    NotFound: CLOSE_NOT_FOUND,
+    TooManyRequests: CLOSE_RATE_LIMITED,
+}
 
 
-def _stream_grant(websocket: WebSocket, session_id: str) -> OrgContext | None:
-    """The context a short-lived ``pst_`` token in ``?token=`` grants (member on this one session)."""
-    token = websocket.query_params.get("token", "").strip()
-    if not is_stream_token(token):
-        return None
-    try:
-        grant = verify_stream_token(
-            websocket.app.state.settings, token, session_id=session_id, purpose="audio"
+async def _context(websocket: WebSocket, session_id: str) -> OrgContext:
+    """Who may talk to this session: a ``pst_`` stream token in ``?token=`` (browsers), or an
+    ``Authorization`` header with ``X-Organization-Id``/``?org=`` (servers)."""
+    identity = IdentityResolver.of(websocket.app.state)
+    query_token = websocket.query_params.get("token", "").strip()
+    address = websocket.client.host if websocket.client else None
+    if is_stream_token(query_token):
+        return await identity.stream(query_token, session_id=session_id, purpose="audio", address=address)
+    if not query_token and not websocket.headers.get("authorization"):
+        raise Unauthorized(
+            "Authentication required: ?token=pst_... from POST /api/sessions/{id}/audio-token, "
+            "or 'Authorization: Bearer'."
         )
-    except ParleyError as exc:
-        raise Refused(CLOSE_UNAUTHORIZED, exc.detail) from exc
-    return OrgContext(grant.organization_id, Role.member, Principal(kind="stream", id=grant.issued_by))
-
-
-async def _context(websocket: WebSocket, session: Any, principal: Principal) -> OrgContext:
-    requested = (
-        websocket.headers.get("x-organization-id", "").strip()
-        or websocket.query_params.get("org", "").strip()
-        or None
+    presented = Presented(
+        authorization=websocket.headers.get("authorization"),
+        organization=websocket.headers.get("x-organization-id") or websocket.query_params.get("org"),
+        query_token=query_token or None,
+        address=address,
     )
-    if principal.kind == "api_key":
-        organization_id = principal.api_key_organization_id
-        assert organization_id is not None
-        if requested is not None and requested != organization_id:
-            raise Refused(CLOSE_NOT_FOUND, f"Organization {requested!r} was not found.")
-        return OrgContext(organization_id, principal.api_key_role(), principal)
-    if requested is None:
-        raise Refused(CLOSE_NOT_FOUND, "Choose the organization with X-Organization-Id or ?org=.")
-    role = await resolve_membership_role(session, principal, requested)
-    if role is None:
-        raise Refused(CLOSE_NOT_FOUND, f"Organization {requested!r} was not found.")
-    return OrgContext(requested, role, principal)
+    async with unit_of_work(websocket.app.state.db, write=False) as session:
+        principal = await identity.principal(session, presented)
+        context = await identity.context(
+            session,
+            principal,
+            presented.organization,
+            pick_only_membership=False,
+            how_to_choose="X-Organization-Id or ?org=",
+        )
+    require_role(context, Role.member, what="Talking to a session")
+    return context
 
 
 async def _open(websocket: WebSocket, session_id: str) -> Opened:
-    state = websocket.app.state
-    async with unit_of_work(state.db, write=False) as session:
-        granted = _stream_grant(websocket, session_id)
-        if granted is not None:
-            context, principal = granted, granted.principal
-        else:
-            principal = await _principal(websocket, session)
-            context = await _context(websocket, session, principal)
-    decision = await state.rate_limiter.check(f"{principal.kind}:{principal.id}")
-    if not decision.allowed:
-        raise Refused(CLOSE_RATE_LIMITED, f"Rate limit exceeded; retry in {decision.retry_after} s.")
-    if not context.role.at_least(Role.member):
-        raise Refused(CLOSE_FORBIDDEN, "Talking to a session needs the member role or higher.")
-    return await open_voiced(state, context, session_id)
+    try:
+        context = await _context(websocket, session_id)
+    except ParleyError as exc:
+        raise Refused(_CLOSE_CODES.get(type(exc), CLOSE_UNAUTHORIZED), exc.detail) from exc
+    return await open_voiced(websocket.app.state, context, session_id)
 
 
 def _event(frame: Frame) -> dict[str, Any] | None:

@@ -54,16 +54,37 @@ async def test_a_spoken_answer_gets_a_spoken_reply_and_the_call_is_recorded(live
     assert call_of(live, session_id)["outcome"] == "completed"
 
 
-async def test_the_token_and_organization_may_come_in_the_query_string(live: dict[str, Any]) -> None:
+async def test_the_organization_may_come_in_the_query_string(live: dict[str, Any]) -> None:
     use_fakes(live)
     session_id = new_session(live)
-    url = f"{live['ws']}/api/sessions/{session_id}/audio?token={live['token']}&org={live['org']}"
-    async with connect(url) as ws:
+    url = f"{live['ws']}/api/sessions/{session_id}/audio?org={live['org']}"
+    async with connect(url, additional_headers={"Authorization": f"Bearer {live['token']}"}) as ws:
         assert json.loads(await ws.recv())["type"] == "ready"
         await ws.send(json.dumps({"type": "end"}))
         assert await close_code(ws) == 1000
     row = wait_ended(live, session_id)
     assert row["outcome"] == "completed" and row["end_reason"] == "caller_ended"
+
+
+async def test_a_long_lived_credential_in_the_query_string_is_refused(live: dict[str, Any]) -> None:
+    """Issue 18: login tokens and API keys leak from URLs (logs, history); only pst_ tokens go there."""
+    use_fakes(live)
+    session_id = new_session(live)
+    url = f"{live['ws']}/api/sessions/{session_id}/audio"
+    key = httpx.post(
+        f"{live['url']}/api/api-keys", json={"name": "in-url", "scopes": ["write"]}, headers=live["headers"]
+    )
+    assert key.status_code == 200, key.text
+    for credential in (live["token"], key.json()["secret"]):
+        async with connect(f"{url}?token={credential}&org={live['org']}") as ws:
+            assert await close_code(ws) == 4401
+            assert ws.close_reason is not None
+            assert "not accepted in a URL" in ws.close_reason and "audio-token" in ws.close_reason
+    # the same credential in the header still works
+    async with connect(url, additional_headers=live["headers"]) as ws:
+        assert json.loads(await ws.recv())["type"] == "ready"
+        await ws.send(json.dumps({"type": "end"}))
+        assert await close_code(ws) == 1000
 
 
 async def test_a_short_lived_stream_token_opens_only_its_own_session(live: dict[str, Any]) -> None:
@@ -104,10 +125,12 @@ async def test_refusals_close_with_their_codes(live: dict[str, Any]) -> None:
     keys = f"{live['url']}/api/api-keys"
     reader = httpx.post(keys, json={"name": "reader", "scopes": ["read"]}, headers=live["headers"])
     assert reader.status_code == 200, reader.text
-    async with connect(f"{url}?token={reader.json()['secret']}") as ws:  # a viewer's key may not talk
+    as_reader = {"Authorization": f"Bearer {reader.json()['secret']}"}
+    async with connect(url, additional_headers=as_reader) as ws:  # a viewer's key may not talk
         assert await close_code(ws) == 4403
     writer = httpx.post(keys, json={"name": "writer", "scopes": ["write"]}, headers=live["headers"])
-    async with connect(f"{url}?token={writer.json()['secret']}") as ws:  # an API key: its organization
+    as_writer = {"Authorization": f"Bearer {writer.json()['secret']}"}
+    async with connect(url, additional_headers=as_writer) as ws:  # an API key: its organization
         assert json.loads(await ws.recv())["type"] == "ready"
     gone = wait_ended(live, session_id)  # the client went away: the session ended with it
     assert (gone["outcome"], gone["end_reason"]) == ("abandoned", "caller_hung_up")
