@@ -34,6 +34,7 @@ from parley.kit.tenancy import get_owned, scoped
 from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
 from parley.runtime.engine import FlowEngine, TextSink, TurnResult
+from parley.runtime.ports import CallControlPort
 from parley.runtime.state import ConversationState
 from parley.sessions import locks
 from parley.sessions.models import ConversationSession
@@ -103,8 +104,21 @@ async def definition_of(session: AsyncSession, row: ConversationSession) -> Flow
     return await _definition_of(session, row)
 
 
+def _line(
+    session: AsyncSession, settings: Settings, organization_id: str, session_id: str, channel: str
+) -> CallControlPort:
+    # Imported here: telephony starts sessions (parley.telephony.service imports this module).
+    from parley.telephony.handover import PhoneLine
+
+    return PhoneLine(session, settings, organization_id, session_id, channel)
+
+
 async def _engine(
-    session: AsyncSession, settings: Settings, context: OrgContext, definition: FlowDefinition
+    session: AsyncSession,
+    settings: Settings,
+    context: OrgContext,
+    definition: FlowDefinition,
+    line: CallControlPort | None = None,
 ) -> tuple[FlowEngine, PlatformLlm | None]:
     organization_id = context.organization_id
     llm: PlatformLlm | None = None
@@ -119,6 +133,7 @@ async def _engine(
         tools=PlatformTools(session, settings, organization_id),
         knowledge=PlatformKnowledge(session, organization_id),
         llm=llm,
+        calls=line,
     )
     return engine, llm
 
@@ -186,6 +201,8 @@ def call_record(row: ConversationSession, state: ConversationState) -> CallRecor
         signals=state.signals,
         variables=state.variables,
         transferred_to=state.transferred_to,
+        transferred_at=state.transferred_at,
+        transfer_status=state.transfer.status if state.transfer is not None else None,
     )
 
 
@@ -212,7 +229,8 @@ async def create_session(
         definition = await _published(session, context.organization_id, flow.id, version)
 
     session_id = new_id("ses")
-    engine, llm = await _engine(session, settings, context, definition)
+    line = _line(session, settings, context.organization_id, session_id, data.channel)
+    engine, llm = await _engine(session, settings, context, definition, line)
     state = engine.new_state(
         session_id=session_id,
         channel=data.channel,
@@ -274,8 +292,27 @@ async def send_message(
         await _save(session, row, state, None)
         log.warning("session_flow_unavailable", session_id=row.id, reason=exc.detail)
         return row, TurnResult()
-    engine, llm = await _engine(session, settings, context, definition)
+    line = _line(session, settings, context.organization_id, row.id, row.channel)
+    engine, llm = await _engine(session, settings, context, definition, line)
     result = await engine.handle(state, text, on_text=on_text)
+    await _save(session, row, state, llm)
+    return row, result
+
+
+async def transfer_ended(
+    session: AsyncSession, settings: Settings, context: OrgContext, session_id: str, status: str
+) -> tuple[ConversationSession, TurnResult]:
+    """The provider reports how a dialling transfer ended (see ``FlowEngine.transfer_ended``): the
+    session ends as ``transferred``, or the caller is back in the flow. A session that is not
+    dialling (already reported, ended) is left as it is."""
+    row = await get_session(session, context.organization_id, session_id, lock=True)
+    state = _state(row)
+    if row.status != "active" or not state.transferring:
+        return row, TurnResult()
+    definition = await _definition_of(session, row)
+    line = _line(session, settings, context.organization_id, row.id, row.channel)
+    engine, llm = await _engine(session, settings, context, definition, line)
+    result = await engine.transfer_ended(state, status)
     await _save(session, row, state, llm)
     return row, result
 
@@ -309,12 +346,22 @@ async def send_message_committed(
 
 
 async def end_session(
-    session: AsyncSession, organization_id: str, session_id: str, *, outcome: str = "completed", reason: str
+    session: AsyncSession,
+    organization_id: str,
+    session_id: str,
+    *,
+    outcome: str = "completed",
+    reason: str,
+    unless_transferring: bool = False,
 ) -> ConversationSession:
+    """End the session now. ``unless_transferring``: a session whose call is being transferred is
+    left as it is (its media stream stops because the provider dials; the dial's result decides)."""
     row = await get_session(session, organization_id, session_id, lock=True)
     if row.status != "active":
         raise SessionEnded(f"Session {session_id!r} has already ended.")
     state = _state(row)
+    if unless_transferring and state.transferring:
+        return row
     state.status, state.outcome, state.end_reason, state.waiting = "ended", outcome, reason, False  # type: ignore[assignment]
     await _save(session, row, state, None)
     return row

@@ -493,7 +493,8 @@ def twiml_connect(settings: Settings, token: str) -> str:
     )
 
 
-def _system_context(organization_id: str) -> OrgContext:
+def system_context(organization_id: str) -> OrgContext:
+    """Who acts for Twilio's webhooks in an organization (a member-level stream principal)."""
     return OrgContext(organization_id, Role.member, Principal(kind="stream", id="twilio"))
 
 
@@ -581,7 +582,7 @@ async def answer_twilio_call(
             row, _ = await sessions.create_session(
                 session,
                 settings,
-                _system_context(organization_id),
+                system_context(organization_id),
                 SessionCreate(
                     flow_id=flow_id, channel="phone", voiced=True, caller=caller, callee=number.number
                 ),

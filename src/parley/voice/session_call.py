@@ -165,9 +165,8 @@ async def open_voiced(state: Any, context: OrgContext, session_id: str) -> Opene
                 engines = Engines(chosen.stt, chosen.tts, WebRtcVad(SAMPLE_RATE), chosen.tts_voice)
         except ParleyError as exc:
             raise Refused(CLOSE_UNAVAILABLE, exc.detail) from exc
-    greeting: list[str] = []
-    if not any(turn.speaker == "caller" for turn in conversation.transcript):
-        greeting = [turn.text for turn in conversation.transcript if turn.speaker == "agent"]
+    # the flow's opening, or what was said since the caller came back from a failed transfer
+    greeting = conversation.opening_lines()
     config = PipelineConfig(
         sample_rate=SAMPLE_RATE, frame_ms=FRAME_MS, language=language, phrases=phrases, voice=engines.voice
     )
@@ -389,8 +388,15 @@ class VoiceCall(ABC):
         try:
             async with locks.hold(self.session_id), state.db.write_sessionmaker() as session:
                 session.info["jobs"] = runner_for(state)
+                # A stream that stops because the call is being transferred leaves the session to
+                # the dial's result (parley.telephony.handover).
                 await service.end_session(
-                    session, self.context.organization_id, self.session_id, outcome=outcome, reason=reason
+                    session,
+                    self.context.organization_id,
+                    self.session_id,
+                    outcome=outcome,
+                    reason=reason,
+                    unless_transferring=True,
                 )
                 await session.commit()
                 callbacks = session.info.pop("after_commit", [])
