@@ -234,11 +234,14 @@ class FlowEngine:
             await self._run(state, turn)
         return self._finish(state, turn, started)
 
-    async def transfer_ended(self, state: ConversationState, status: str) -> TurnResult:
+    async def transfer_ended(
+        self, state: ConversationState, status: str, *, caller_gone: bool = False
+    ) -> TurnResult:
         """The provider reports how a dialling transfer ended. ``completed``/``answered``: the caller
         is with the target, the conversation ends as ``transferred``. Anything else (``busy``,
         ``no-answer``, ``failed``, ``canceled``): the caller is back, hears the apology and the flow
-        continues at the transfer's failure branch (or ends as ``failed`` without one)."""
+        continues at the transfer's failure branch (or ends as ``failed`` without one); a caller who
+        hung up while it rang (``caller_gone``) ends it as ``abandoned``."""
         turn = _Turn(TurnResult())
         started = time.perf_counter()
         transfer = state.transfer
@@ -250,6 +253,9 @@ class FlowEngine:
             self._finish_conversation(state, turn, "transferred", "transferred")
             return self._finish(state, turn, started)
         transfer.status = status if status in ("busy", "no-answer", "canceled") else "failed"  # type: ignore[assignment]
+        if caller_gone:
+            self._finish_conversation(state, turn, "abandoned", "caller_hung_up")
+            return self._finish(state, turn, started)
         transfer.resume_index = len(state.transcript)
         state.waiting = False
         self._transfer_failed(state, turn, transfer.node_id, transfer.to, transfer.status, None)

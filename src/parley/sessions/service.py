@@ -300,7 +300,13 @@ async def send_message(
 
 
 async def transfer_ended(
-    session: AsyncSession, settings: Settings, context: OrgContext, session_id: str, status: str
+    session: AsyncSession,
+    settings: Settings,
+    context: OrgContext,
+    session_id: str,
+    status: str,
+    *,
+    caller_gone: bool = False,
 ) -> tuple[ConversationSession, TurnResult]:
     """The provider reports how a dialling transfer ended (see ``FlowEngine.transfer_ended``): the
     session ends as ``transferred``, or the caller is back in the flow. A session that is not
@@ -312,7 +318,7 @@ async def transfer_ended(
     definition = await _definition_of(session, row)
     line = _line(session, settings, context.organization_id, row.id, row.channel)
     engine, llm = await _engine(session, settings, context, definition, line)
-    result = await engine.transfer_ended(state, status)
+    result = await engine.transfer_ended(state, status, caller_gone=caller_gone)
     await _save(session, row, state, llm)
     return row, result
 

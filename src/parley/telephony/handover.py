@@ -177,10 +177,14 @@ async def answer_dial_callback(
     if dial_status in CONNECTED:
         await _report(session, settings, row, "completed")
         return twiml_say_hangup([], "en")
-    row, lines = await _report(session, settings, row, dial_status)
+    # The caller hung up while the target rang: nobody to bring back.
+    caller_gone = _first(params, "CallStatus") in ("completed", "canceled", "failed", "busy", "no-answer")
+    row, lines, moved = await _report(session, settings, row, dial_status, caller_gone=caller_gone)
     language = row.language or "en"
-    if row.status != "active":  # the flow ended at the failure branch: say its lines, then hang up
-        return twiml_say_hangup(lines, language)
+    if not moved or row.status != "active":
+        # Reported before (or replayed), or the flow ended at the failure branch: say what there
+        # is to say, then hang up. Only the report that brings the caller back gets a stream token.
+        return twiml_say_hangup(lines if moved else [], language)
     token, _ = issue_stream_token(
         settings,
         organization_id=row.organization_id,
@@ -192,13 +196,21 @@ async def answer_dial_callback(
 
 
 async def _report(
-    session: AsyncSession, settings: Settings, row: ConversationSession, status: str
-) -> tuple[ConversationSession, list[str]]:
-    """Hand the dial's result to the session; the lines the caller is to hear now."""
+    session: AsyncSession,
+    settings: Settings,
+    row: ConversationSession,
+    status: str,
+    *,
+    caller_gone: bool = False,
+) -> tuple[ConversationSession, list[str], bool]:
+    """Hand the dial's result to the session: the session, the lines the caller is to hear now, and
+    whether this report changed anything (False: the session was not dialling)."""
     context = telephony.system_context(row.organization_id)
     try:
-        row, _ = await sessions.transfer_ended(session, settings, context, row.id, status)
+        row, result = await sessions.transfer_ended(
+            session, settings, context, row.id, status, caller_gone=caller_gone
+        )
     except NotFound:  # the flow was deleted meanwhile
-        return row, []
+        return row, [], False
     log.info("transfer_reported", session_id=row.id, status=status, session_status=row.status)
-    return row, ConversationState.from_json(row.state).opening_lines()
+    return row, ConversationState.from_json(row.state).opening_lines(), bool(result.events)

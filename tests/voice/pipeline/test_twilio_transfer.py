@@ -205,6 +205,13 @@ async def test_a_busy_target_brings_the_caller_back_into_the_same_flow(phone: di
     assert report.status_code == 200, report.text
     url2, token2 = stream_of(report.text)
     assert url2 == url and token2 != token and session_of(live, token2) == session_id
+    # the same report again (a retry, a replay) brings nobody back and hands out no stream token
+    again = signed_post(
+        live,
+        f"{DIAL}?session={session_id}",
+        [("AccountSid", tw_stub.ACCOUNT_SID), ("CallSid", call_sid), ("DialCallStatus", "busy")],
+    )
+    assert again.status_code == 200 and "<Stream" not in again.text and "<Hangup/>" in again.text
 
     async with connect(url2) as ws:
         twilio = FakeTwilio(ws, stream_sid="MZsecondleg")
@@ -295,3 +302,34 @@ async def test_twilio_refusing_the_transfer_is_an_apology_on_the_same_stream(pho
     assert ended["outcome"] == "completed"
     call = call_record_when(live, session_id)
     assert call["transfer_status"] == "failed" and "transfer_failed" in call["signal_types"]
+
+
+async def test_a_caller_who_hangs_up_while_the_target_rings_abandons_the_call(phone: dict[str, Any]) -> None:
+    live = phone
+    call_sid = "CA" + "6" * 32
+    fakes, url, token = await ask_for_a_person(live, call_sid, ["a person"])
+    session_id = session_of(live, token)
+    async with connect(url) as ws:
+        twilio = FakeTwilio(ws)
+        await twilio.start(token)
+        await say_until_mark(twilio, fakes.tts.texts, "How can I help?")
+        await asyncio.sleep(0.3)
+        await twilio.media(SILENCE_8K * 10 + SPEECH_8K * 10 + SILENCE_8K * 40)
+        await asyncio.to_thread(wait_for_update, live["twilio"])
+        await twilio.stop()
+        await twilio.closed()
+    gone = signed_post(
+        live,
+        f"{DIAL}?session={session_id}",
+        [
+            ("AccountSid", tw_stub.ACCOUNT_SID),
+            ("CallSid", call_sid),
+            ("CallStatus", "completed"),
+            ("DialCallStatus", "no-answer"),
+        ],
+    )
+    assert gone.status_code == 200 and "<Stream" not in gone.text, gone.text
+    ended = wait_ended(live, session_id)
+    assert (ended["outcome"], ended["end_reason"]) == ("abandoned", "caller_hung_up")
+    call = call_record_when(live, session_id)
+    assert call["transfer_status"] == "no-answer" and call["transferred_to"] is None
