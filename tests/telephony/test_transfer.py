@@ -119,3 +119,47 @@ async def test_a_transfer_target_that_is_not_e164_is_refused_at_validation(conne
         assert problem["loc"][-1] == "phone_number" and "E.164" in problem["msg"], problem
         checked = await connected.post("/api/flows/validate", {"definition": definition})
         assert "E.164" in checked.text, checked.text
+
+
+async def test_the_transfer_and_end_session_tools_act(connected: Org, livekit: Stub) -> None:
+    await connected.make(
+        "/api/tools",
+        {
+            "name": "to_human",
+            "type": "transfer",
+            "config": {"phone_number": TARGET, "message": "Connecting."},
+        },
+    )
+    await connected.make(
+        "/api/tools", {"name": "hang_up", "type": "end_session", "config": {"message": "Bye!"}}
+    )
+
+    def tool_flow(tool: str) -> dict[str, Any]:
+        return {
+            "language": "en",
+            "start_node": "ask",
+            "nodes": [
+                {"id": "ask", "type": "collect", "variable": "wish", "kind": "free_text", "prompt": "Yes?",
+                 "next": "act"},
+                {"id": "act", "type": "tool", "tool": tool, "arguments": {}, "on_error": "bye", "next": "bye"},
+                {"id": "bye", "type": "end", "text": "The flow's own goodbye."},
+            ],
+        }  # fmt: skip
+
+    transfer_flow = await connected.make("/api/flows", {"name": "T", "definition": tool_flow("to_human")})
+    assert (await connected.post(f"/api/flows/{transfer_flow['id']}/publish")).status_code == 200
+    session_id = await _livekit_call(connected, str(transfer_flow["id"]))
+    turn = (await connected.post(f"/api/sessions/{session_id}/messages", {"text": "a person"})).json()
+    assert (turn["status"], turn["outcome"]) == ("ended", "transferred")
+    assert [t.transfer_to for t in livekit.state.transfers] == [f"tel:{TARGET}"]
+    call = await _call_of(connected, session_id)
+    (tool_call,) = call["tool_calls"]
+    assert tool_call["status"] == "ok"
+    assert tool_call["result"] == {"action": "transfer", "to": TARGET, "status": "transferred"}
+
+    end_flow = await connected.make("/api/flows", {"name": "E", "definition": tool_flow("hang_up")})
+    assert (await connected.post(f"/api/flows/{end_flow['id']}/publish")).status_code == 200
+    started = (await connected.post("/api/sessions", {"flow_id": end_flow["id"], "channel": "web"})).json()
+    turn = (await connected.post(f"/api/sessions/{started['id']}/messages", {"text": "that's all"})).json()
+    assert turn["reply"] == "Bye!"  # the flow's own end node never runs
+    assert (turn["status"], turn["outcome"], turn["end_reason"]) == ("ended", "completed", "ended_by_agent")
