@@ -39,10 +39,14 @@ class Line:
     def __init__(self, status: str = "dialing", reason: str | None = None) -> None:
         self.status, self.reason = status, reason
         self.asked: list[tuple[str, str, str]] = []
+        self.hung_up = 0
 
     async def transfer(self, target: str, message: str, language: str) -> HandOver:
         self.asked.append((target, message, language))
         return HandOver(self.status, "test", self.reason)  # type: ignore[arg-type]
+
+    async def hang_up(self) -> None:
+        self.hung_up += 1
 
 
 class Knowledge:

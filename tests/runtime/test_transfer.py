@@ -169,3 +169,22 @@ async def test_a_transfer_tool_without_a_line_is_a_tool_error_with_a_spoken_line
     turn = await engine.handle(state, "a person")
     assert turn.text == "Sorry, that did not work just now. What else?"
     assert state.tool_calls[-1].status == "error" and "no phone line" in (state.tool_calls[-1].error or "")
+
+
+async def test_the_line_hangs_up_when_the_flow_ends_but_not_after_a_transfer() -> None:
+    line = Line("dialing")
+    engine = FlowEngine(handoff_flow(), tools=Tools(), calls=line)
+    state = run_state(engine)
+    await engine.start(state)
+    await engine.handle(state, "a person please")
+    await engine.transfer_ended(state, "failed")
+    assert line.hung_up == 0  # back in the flow, still talking
+    await engine.handle(state, "nothing")
+    assert state.outcome == "completed" and line.hung_up == 1
+
+    transferred = Line("transferred")
+    engine = FlowEngine(handoff_flow(), tools=Tools(), calls=transferred)
+    state = run_state(engine)
+    await engine.start(state)
+    await engine.handle(state, "a person please")
+    assert state.outcome == "transferred" and transferred.hung_up == 0

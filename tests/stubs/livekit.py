@@ -8,7 +8,8 @@ State lives in memory. ``outage`` makes every call answer 503; ``fail_methods`` 
 clearing ``gate`` holds every call (after recording it) until the gate is set again.
 ``TransferSIPParticipant`` transfers a SIP participant of the room (dialled with ``CreateSIPParticipant``
 or announced with ``join``); a target in ``busy`` fails as LiveKit reports a SIP failure (Twirp
-metadata ``sip_status_code``, ``sip_status``, ``sip_transfer_reason``).
+metadata ``sip_status_code``, ``sip_status``, ``sip_transfer_reason``). ``livekit.RoomService/RemoveParticipant``
+(a ``roomAdmin`` video grant for the room) hangs a participant up.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from livekit.api.access_token import TokenVerifier
-from livekit.protocol import sip
+from livekit.protocol import room, sip
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -42,6 +43,7 @@ class LiveKitState:
     # SIP participants in rooms, (room, identity); transferred ones with their target
     in_rooms: set[tuple[str, str]] = field(default_factory=set)
     transfers: list[sip.TransferSIPParticipantRequest] = field(default_factory=list)
+    removed: list[tuple[str, str]] = field(default_factory=list)  # participants hung up, (room, identity)
     busy: set[str] = field(default_factory=set)  # transfer targets that answer 486 Busy Here
     outage: bool = False
     fail_methods: set[str] = field(default_factory=set)
@@ -59,6 +61,7 @@ class LiveKitState:
         self.calls.clear()
         self.in_rooms.clear()
         self.transfers.clear()
+        self.removed.clear()
         self.busy.clear()
         self.outage = False
         self.fail_methods.clear()
@@ -205,6 +208,18 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
             transfer_id=state.new_id("STX"), status=sip.SIPTransferStatus.STS_TRANSFER_SUCCESSFUL
         )
 
+    def remove_participant(req: room.RoomParticipantIdentity) -> Message:
+        key = (req.room, req.identity)
+        if key not in state.in_rooms:
+            raise _not_found("participant", f"{req.identity} in room {req.room}")
+        state.in_rooms.discard(key)
+        state.removed.append(key)
+        return room.RemoveParticipantResponse()
+
+    room_methods: dict[str, tuple[type[Message], Any, str]] = {
+        "RemoveParticipant": (room.RoomParticipantIdentity, remove_participant, "room_admin"),
+    }
+
     methods: dict[str, tuple[type[Message], Any, str]] = {
         "CreateSIPInboundTrunk": (sip.CreateSIPInboundTrunkRequest, create_inbound, "admin"),
         "CreateSIPOutboundTrunk": (sip.CreateSIPOutboundTrunkRequest, create_outbound, "admin"),
@@ -230,9 +245,13 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
 
     async def twirp(request: Request) -> Response:
         method = request.path_params["method"]
-        if method not in methods:
-            return error(TwirpError(404, "bad_route", f"no handler for path /twirp/livekit.SIP/{method}"))
-        request_class, handler, grant = methods[method]
+        service = "RoomService" if request.url.path.startswith("/twirp/livekit.RoomService/") else "SIP"
+        table = room_methods if service == "RoomService" else methods
+        if method not in table:
+            return error(
+                TwirpError(404, "bad_route", f"no handler for path /twirp/livekit.{service}/{method}")
+            )
+        request_class, handler, grant = table[method]
         header = request.headers.get("authorization", "")
         if not header.startswith("Bearer "):
             return error(TwirpError(401, "unauthenticated", "authorization header missing"))
@@ -240,7 +259,8 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
             claims = verifier.verify(header[len("Bearer ") :])
         except Exception:
             return error(TwirpError(401, "unauthenticated", "invalid token"))
-        if not (claims.sip is not None and getattr(claims.sip, grant, False)):
+        # RoomService grants name a room: checked against the decoded body below.
+        if service == "SIP" and not (claims.sip is not None and getattr(claims.sip, grant, False)):
             return error(TwirpError(403, "permission_denied", f"sip {grant} permission required"))
         state.calls.append(method)
         while not state.gate.is_set():
@@ -260,6 +280,12 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
                 return error(TwirpError(400, "malformed", f"unexpected Content-Type {content_type!r}"))
         except (DecodeError, json_format.ParseError):
             return error(TwirpError(400, "malformed", "the body could not be decoded"))
+        if service == "RoomService":
+            video = claims.video
+            if video is None or not video.room_admin or video.room != getattr(message, "room", ""):
+                return error(
+                    TwirpError(403, "permission_denied", "roomAdmin permission for the room required")
+                )
         try:
             answer = handler(message)
         except TwirpError as exc:
@@ -268,4 +294,9 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
             return Response(json_format.MessageToJson(answer), media_type="application/json")
         return Response(answer.SerializeToString(), media_type="application/protobuf")
 
-    return Starlette(routes=[Route("/twirp/livekit.SIP/{method}", twirp, methods=["POST"])])
+    return Starlette(
+        routes=[
+            Route("/twirp/livekit.SIP/{method}", twirp, methods=["POST"]),
+            Route("/twirp/livekit.RoomService/{method}", twirp, methods=["POST"]),
+        ]
+    )

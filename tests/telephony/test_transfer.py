@@ -163,3 +163,24 @@ async def test_the_transfer_and_end_session_tools_act(connected: Org, livekit: S
     turn = (await connected.post(f"/api/sessions/{started['id']}/messages", {"text": "that's all"})).json()
     assert turn["reply"] == "Bye!"  # the flow's own end node never runs
     assert (turn["status"], turn["outcome"], turn["end_reason"]) == ("ended", "completed", "ended_by_agent")
+
+
+async def test_when_the_flow_ends_a_livekit_call_its_sip_participant_is_hung_up(
+    connected: Org, livekit: Stub
+) -> None:
+    session_id = await _livekit_call(connected, await _handoff_flow(connected))
+    room, identity = f"parley-{session_id}", f"phone-{session_id}"
+    livekit.state.busy.add(TARGET)
+    await connected.post(f"/api/sessions/{session_id}/messages", {"text": "a person"})
+    assert livekit.state.removed == []  # still talking
+    bye = (await connected.post(f"/api/sessions/{session_id}/messages", {"text": "nothing"})).json()
+    assert bye["outcome"] == "completed"
+    assert livekit.state.removed == [(room, identity)]
+    assert (room, identity) not in livekit.state.in_rooms
+
+
+async def test_a_transferred_livekit_call_is_not_hung_up(connected: Org, livekit: Stub) -> None:
+    session_id = await _livekit_call(connected, await _handoff_flow(connected))
+    turn = (await connected.post(f"/api/sessions/{session_id}/messages", {"text": "a person"})).json()
+    assert turn["outcome"] == "transferred"
+    assert livekit.state.removed == [] and "RemoveParticipant" not in livekit.state.calls

@@ -192,6 +192,7 @@ class FlowEngine:
         turn = _Turn(TurnResult())
         started = time.perf_counter()
         await self._run(state, turn)
+        await self._hang_up_if_ended(state)
         return self._finish(state, turn, started)
 
     async def handle(
@@ -232,6 +233,7 @@ class FlowEngine:
             turn.pending_user = text
         if state.status == "active" and not state.waiting:
             await self._run(state, turn)
+        await self._hang_up_if_ended(state)
         return self._finish(state, turn, started)
 
     async def transfer_ended(
@@ -267,6 +269,7 @@ class FlowEngine:
         else:
             self._move(state, turn, transfer.next)
             await self._run(state, turn)
+        await self._hang_up_if_ended(state)
         return self._finish(state, turn, started)
 
     def end(self, state: ConversationState, outcome: Outcome, reason: str) -> None:
@@ -395,6 +398,11 @@ class FlowEngine:
         )
 
     # --- transfers -----------------------------------------------------------------------------
+
+    async def _hang_up_if_ended(self, state: ConversationState) -> None:
+        # A transferred call belongs to the target now; any other end of the flow ends the call.
+        if state.status == "ended" and state.outcome != "transferred" and self.calls is not None:
+            await self.calls.hang_up()
 
     async def _hand_over(
         self,

@@ -114,3 +114,8 @@ class CallControlPort(Protocol):
         """Move the live call to ``target`` (E.164); ``message`` is what the caller hears first.
         Failures are answers (``failed``/``unavailable``), never exceptions."""
         ...
+
+    async def hang_up(self) -> None:
+        """The flow ended the conversation: end the live call where the voice stream does not do it
+        by itself. Never raises (a failure is logged)."""
+        ...

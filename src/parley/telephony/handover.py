@@ -107,6 +107,28 @@ class PhoneLine:
             return await self._twilio(call.call_sid, target, message, language)
         return await self._livekit(target)
 
+    async def hang_up(self) -> None:
+        """A Twilio call hangs up by itself once its media stream closes after the last words (its
+        TwiML has nothing after ``<Connect>``). A LiveKit SIP participant stays in its room, which has
+        no Parley voice: it is removed, so its SIP call ends."""
+        if self.channel != "phone":
+            return
+        if await twilio_call_of(self.session, self.organization_id, self.session_id) is not None:
+            return
+        livekit = await telephony.livekit_for(self.session, self.settings, self.organization_id)
+        if livekit is None:
+            return
+        try:
+            async with livekit as lk:
+                await lk.remove_participant(
+                    room_name=f"parley-{self.session_id}", identity=f"phone-{self.session_id}"
+                )
+        except ProviderFailure as exc:
+            if not exc.not_found:  # already gone: nothing to hang up
+                log.warning(
+                    "hang_up_failed", provider="livekit", session_id=self.session_id, reason=exc.reason
+                )
+
     async def _twilio(self, call_sid: str, target: str, message: str, language: str) -> HandOver:
         twilio = await telephony.twilio_for(self.session, self.settings, self.organization_id)
         if twilio is None:
