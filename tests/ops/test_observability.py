@@ -46,7 +46,7 @@ async def test_turns_tools_and_sessions_are_measured(client: httpx.AsyncClient) 
     headers = await _org(client, "ops-metrics")
     engine_turns = sample("parley_turn_latency_seconds_count", stage="engine")
     failures = sample("parley_tool_call_failures_total", kind="http")
-    dry_runs = sample("parley_tool_calls_total", kind="end_session", status="dry_run")
+    session_actions = sample("parley_tool_calls_total", kind="end_session", status="ok")
 
     flow = (await client.post("/api/flows", json={"name": "M", "definition": FLOW}, headers=headers)).json()
     assert (await client.post(f"/api/flows/{flow['id']}/publish", headers=headers)).status_code == 200
@@ -73,7 +73,7 @@ async def test_turns_tools_and_sessions_are_measured(client: httpx.AsyncClient) 
     ).json()
     await client.post(f"/api/tools/{hang_up['id']}/test", json={"arguments": {}}, headers=headers)
     assert sample("parley_tool_call_failures_total", kind="http") == failures + 1
-    assert sample("parley_tool_calls_total", kind="end_session", status="dry_run") == dry_runs + 1
+    assert sample("parley_tool_calls_total", kind="end_session", status="ok") == session_actions + 1
 
     text = (await client.get("/metrics")).text
     for name in (

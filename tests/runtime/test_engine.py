@@ -8,7 +8,15 @@ import pytest
 
 from parley.flows.definition import FlowDefinition
 from parley.runtime.engine import MAX_STEPS_PER_TURN, FlowEngine
-from parley.runtime.ports import KnowledgeError, LlmError, LlmReply, LlmToolCall, ToolOutcome, ToolSpec
+from parley.runtime.ports import (
+    HandOver,
+    KnowledgeError,
+    LlmError,
+    LlmReply,
+    LlmToolCall,
+    ToolOutcome,
+    ToolSpec,
+)
 from parley.runtime.state import ConversationState
 
 
@@ -23,6 +31,22 @@ class Tools:
 
     async def describe(self, refs: list[str]) -> list[ToolSpec]:
         return [ToolSpec(r, r, "a tool", {"type": "object", "properties": {}}) for r in refs]
+
+
+class Line:
+    """The call's line: answers every transfer with ``status`` and records what it was asked."""
+
+    def __init__(self, status: str = "dialing", reason: str | None = None) -> None:
+        self.status, self.reason = status, reason
+        self.asked: list[tuple[str, str, str]] = []
+        self.hung_up = 0
+
+    async def transfer(self, target: str, message: str, language: str) -> HandOver:
+        self.asked.append((target, message, language))
+        return HandOver(self.status, "test", self.reason)  # type: ignore[arg-type]
+
+    async def hang_up(self) -> None:
+        self.hung_up += 1
 
 
 class Knowledge:
@@ -154,12 +178,16 @@ async def test_collect_reprompts_then_fails_over(kind: str, answer: str, extra: 
             {"id": "human", "type": "transfer", "phone_number": "+4930123456", "message": "Connecting."},
         ),
         tools=Tools(),
+        calls=Line("transferred"),
     )
     state = run_state(engine)
     assert (await engine.start(state)).text == "Tell me."
     assert (await engine.handle(state, answer)).text == "Again please."
-    assert (await engine.handle(state, answer)).text == "Connecting."
+    last = await engine.handle(state, answer)
+    # the line says the transfer's message before it dials (it is in the transcript, not a say event)
+    assert [(e.type, e.text) for e in last.events if e.type == "transfer"] == [("transfer", "Connecting.")]
     assert (state.outcome, state.transferred_to) == ("transferred", "+4930123456")
+    assert state.transcript[-1].text == "Connecting."
 
 
 async def test_tool_errors_follow_on_error_with_the_configured_fallback() -> None:

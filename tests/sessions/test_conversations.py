@@ -109,10 +109,14 @@ async def test_unknown_order_goes_the_not_found_path(
     assert said(first) == "I could not find order 999999. Please tell me your order number."
     assert first["variables"]["attempts"] == 1
     second = await platform.say(opening["id"], "9 9 9 9 9 8")
-    assert said(second) == "I am connecting you with a colleague."
-    assert (second["status"], second["outcome"]) == ("ended", "transferred")
+    # A text conversation has no phone line: the transfer node never claims to connect; it says so and
+    # takes its failure branch (here: goodbye).
+    assert said(second) == "Sorry, I cannot connect you right now. Thank you for calling. Goodbye!"
+    assert [e["data"]["status"] for e in second["events"] if e["type"] == "transfer"] == ["unavailable"]
+    assert (second["status"], second["outcome"]) == ("ended", "completed")
     call = await call_of(db_session, opening["id"])
-    assert call.outcome == "transferred" and call.transferred_to == "+4930123456"
+    assert call.transferred_to is None and call.transfer_status == "unavailable"
+    assert "transfer_failed" in call.signal_types
     assert [c["http_status"] for c in call.tool_calls] == [404, 404]
 
 
@@ -126,13 +130,18 @@ async def test_connector_down_says_the_fallback_and_carries_on(
     flow_id = await platform.flow(order_status_flow())
     opening = await platform.start(flow_id, variables={"language": "en"})
     turn = await platform.say(opening["id"], "7")
-    assert said(turn) == "Sorry, that did not work just now. I am connecting you with a colleague."
-    assert turn["outcome"] == "transferred"
+    assert said(turn) == (
+        "Sorry, that did not work just now. Sorry, I cannot connect you right now. "
+        "Thank you for calling. Goodbye!"
+    )
+    assert turn["outcome"] == "completed"
     call = await call_of(db_session, opening["id"])
     assert call.tool_calls[0]["status"] == "error" and call.tool_calls[0]["error"]
     german = await platform.start(flow_id)
     turn = await platform.say(german["id"], "7")
-    assert said(turn).startswith("Entschuldigung, das hat gerade nicht geklappt. Ich verbinde Sie")
+    assert said(turn).startswith(
+        "Entschuldigung, das hat gerade nicht geklappt. Entschuldigung, ich kann Sie gerade nicht verbinden."
+    )
 
 
 def _http_flow(path: str) -> dict[str, Any]:

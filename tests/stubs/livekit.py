@@ -6,6 +6,10 @@ in the same encoding with ``livekit-protocol``'s messages, as LiveKit's server d
 to manage trunks and rules, ``call`` to dial); errors are Twirp JSON bodies ``{"code", "msg"}``.
 State lives in memory. ``outage`` makes every call answer 503; ``fail_methods`` fails chosen methods;
 clearing ``gate`` holds every call (after recording it) until the gate is set again.
+``TransferSIPParticipant`` transfers a SIP participant of the room (dialled with ``CreateSIPParticipant``
+or announced with ``join``); a target in ``busy`` fails as LiveKit reports a SIP failure (Twirp
+metadata ``sip_status_code``, ``sip_status``, ``sip_transfer_reason``). ``livekit.RoomService/RemoveParticipant``
+(a ``roomAdmin`` video grant for the room) hangs a participant up.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from livekit.api.access_token import TokenVerifier
-from livekit.protocol import sip
+from livekit.protocol import room, sip
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -36,6 +40,11 @@ class LiveKitState:
     rules: dict[str, sip.SIPDispatchRuleInfo] = field(default_factory=dict)
     participants: list[sip.CreateSIPParticipantRequest] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)  # method names, in order
+    # SIP participants in rooms, (room, identity); transferred ones with their target
+    in_rooms: set[tuple[str, str]] = field(default_factory=set)
+    transfers: list[sip.TransferSIPParticipantRequest] = field(default_factory=list)
+    removed: list[tuple[str, str]] = field(default_factory=list)  # participants hung up, (room, identity)
+    busy: set[str] = field(default_factory=set)  # transfer targets that answer 486 Busy Here
     outage: bool = False
     fail_methods: set[str] = field(default_factory=set)
     gate: threading.Event = field(default_factory=threading.Event)
@@ -50,18 +59,26 @@ class LiveKitState:
         self.rules.clear()
         self.participants.clear()
         self.calls.clear()
+        self.in_rooms.clear()
+        self.transfers.clear()
+        self.removed.clear()
+        self.busy.clear()
         self.outage = False
         self.fail_methods.clear()
         self.gate.set()
+
+    def join(self, room: str, identity: str) -> None:
+        """A SIP participant (an inbound caller) in ``room``."""
+        self.in_rooms.add((room, identity))
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids):06d}"
 
 
 class TwirpError(Exception):
-    def __init__(self, status: int, code: str, msg: str) -> None:
+    def __init__(self, status: int, code: str, msg: str, meta: dict[str, str] | None = None) -> None:
         super().__init__(msg)
-        self.status, self.code, self.msg = status, code, msg
+        self.status, self.code, self.msg, self.meta = status, code, msg, meta or {}
 
 
 def _not_found(what: str, ident: str) -> TwirpError:
@@ -164,12 +181,44 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
         if not req.sip_call_to:
             raise TwirpError(400, "invalid_argument", "missing sip_call_to")
         state.participants.append(req)
+        state.in_rooms.add((req.room_name, req.participant_identity))
         return sip.SIPParticipantInfo(
             participant_id=state.new_id("PA"),
             participant_identity=req.participant_identity,
             room_name=req.room_name,
             sip_call_id=state.new_id("SCL"),
         )
+
+    def transfer_participant(req: sip.TransferSIPParticipantRequest) -> Message:
+        key = (req.room_name, req.participant_identity)
+        if key not in state.in_rooms:
+            raise _not_found("participant", f"{req.participant_identity} in room {req.room_name}")
+        if not req.transfer_to.startswith(("tel:", "sip:")):
+            raise TwirpError(400, "invalid_argument", "transfer_to must be a tel: or sip: URI")
+        state.transfers.append(req)
+        if req.transfer_to.removeprefix("tel:") in state.busy:
+            raise TwirpError(
+                412,
+                "failed_precondition",
+                "transfer failed",
+                {"sip_status_code": "486", "sip_status": "Busy Here", "sip_transfer_reason": "STR_REJECTED"},
+            )
+        state.in_rooms.discard(key)  # the caller left the room for the target
+        return sip.TransferSIPParticipantResponse(
+            transfer_id=state.new_id("STX"), status=sip.SIPTransferStatus.STS_TRANSFER_SUCCESSFUL
+        )
+
+    def remove_participant(req: room.RoomParticipantIdentity) -> Message:
+        key = (req.room, req.identity)
+        if key not in state.in_rooms:
+            raise _not_found("participant", f"{req.identity} in room {req.room}")
+        state.in_rooms.discard(key)
+        state.removed.append(key)
+        return room.RemoveParticipantResponse()
+
+    room_methods: dict[str, tuple[type[Message], Any, str]] = {
+        "RemoveParticipant": (room.RoomParticipantIdentity, remove_participant, "room_admin"),
+    }
 
     methods: dict[str, tuple[type[Message], Any, str]] = {
         "CreateSIPInboundTrunk": (sip.CreateSIPInboundTrunkRequest, create_inbound, "admin"),
@@ -184,17 +233,25 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
         "ListSIPDispatchRule": (sip.ListSIPDispatchRuleRequest, list_rules, "admin"),
         "DeleteSIPDispatchRule": (sip.DeleteSIPDispatchRuleRequest, delete_rule, "admin"),
         "CreateSIPParticipant": (sip.CreateSIPParticipantRequest, create_participant, "call"),
+        "TransferSIPParticipant": (sip.TransferSIPParticipantRequest, transfer_participant, "call"),
     }
     verifier = TokenVerifier(API_KEY, API_SECRET)
 
     def error(exc: TwirpError) -> JSONResponse:
-        return JSONResponse({"code": exc.code, "msg": exc.msg}, status_code=exc.status)
+        body: dict[str, Any] = {"code": exc.code, "msg": exc.msg}
+        if exc.meta:
+            body["meta"] = exc.meta
+        return JSONResponse(body, status_code=exc.status)
 
     async def twirp(request: Request) -> Response:
         method = request.path_params["method"]
-        if method not in methods:
-            return error(TwirpError(404, "bad_route", f"no handler for path /twirp/livekit.SIP/{method}"))
-        request_class, handler, grant = methods[method]
+        service = "RoomService" if request.url.path.startswith("/twirp/livekit.RoomService/") else "SIP"
+        table = room_methods if service == "RoomService" else methods
+        if method not in table:
+            return error(
+                TwirpError(404, "bad_route", f"no handler for path /twirp/livekit.{service}/{method}")
+            )
+        request_class, handler, grant = table[method]
         header = request.headers.get("authorization", "")
         if not header.startswith("Bearer "):
             return error(TwirpError(401, "unauthenticated", "authorization header missing"))
@@ -202,7 +259,8 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
             claims = verifier.verify(header[len("Bearer ") :])
         except Exception:
             return error(TwirpError(401, "unauthenticated", "invalid token"))
-        if not (claims.sip is not None and getattr(claims.sip, grant, False)):
+        # RoomService grants name a room: checked against the decoded body below.
+        if service == "SIP" and not (claims.sip is not None and getattr(claims.sip, grant, False)):
             return error(TwirpError(403, "permission_denied", f"sip {grant} permission required"))
         state.calls.append(method)
         while not state.gate.is_set():
@@ -222,6 +280,12 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
                 return error(TwirpError(400, "malformed", f"unexpected Content-Type {content_type!r}"))
         except (DecodeError, json_format.ParseError):
             return error(TwirpError(400, "malformed", "the body could not be decoded"))
+        if service == "RoomService":
+            video = claims.video
+            if video is None or not video.room_admin or video.room != getattr(message, "room", ""):
+                return error(
+                    TwirpError(403, "permission_denied", "roomAdmin permission for the room required")
+                )
         try:
             answer = handler(message)
         except TwirpError as exc:
@@ -230,4 +294,9 @@ def make_livekit_stub(state: LiveKitState) -> Starlette:
             return Response(json_format.MessageToJson(answer), media_type="application/json")
         return Response(answer.SerializeToString(), media_type="application/protobuf")
 
-    return Starlette(routes=[Route("/twirp/livekit.SIP/{method}", twirp, methods=["POST"])])
+    return Starlette(
+        routes=[
+            Route("/twirp/livekit.SIP/{method}", twirp, methods=["POST"]),
+            Route("/twirp/livekit.RoomService/{method}", twirp, methods=["POST"]),
+        ]
+    )

@@ -3,6 +3,8 @@
 - ``GET  /2010-04-01/Accounts/{sid}/IncomingPhoneNumbers.json`` (``PhoneNumber`` filter)
 - ``POST /2010-04-01/Accounts/{sid}/IncomingPhoneNumbers/{PN...}.json`` (``VoiceUrl``, ``VoiceMethod``)
 - ``POST /2010-04-01/Accounts/{sid}/Calls.json`` (``To``, ``From``, ``Url`` or ``Twiml``), answered 201
+- ``POST /2010-04-01/Accounts/{sid}/Calls/{CA...}.json`` (update a live call: ``Twiml``, ``Url`` or
+  ``Status``); an unknown call is 404 (20404), one no longer in progress 400 (21220)
 HTTP basic auth with the account SID and auth token; errors are Twilio's JSON ``{code, message,
 more_info, status}``. ``outage`` answers 503 to everything; lists are paged (``PageSize`` capped by ``max_page_size``,
 ``next_page_uri``) as Twilio does.
@@ -28,6 +30,9 @@ AUTH_TOKEN = "stub-twilio-auth-token-0123456789"
 class TwilioState:
     numbers: dict[str, dict[str, Any]] = field(default_factory=dict)  # sid -> number resource
     calls: list[dict[str, str]] = field(default_factory=list)
+    # the calls Twilio carries right now (incoming ones are announced with ``ring``), by CallSid
+    live: dict[str, dict[str, str]] = field(default_factory=dict)
+    updates: list[dict[str, str]] = field(default_factory=list)  # every call update, in order
     outage: bool = False
     max_page_size: int = 1000
     _ids: Any = field(default_factory=lambda: itertools.count(1))
@@ -35,8 +40,14 @@ class TwilioState:
     def reset(self) -> None:
         self.numbers.clear()
         self.calls.clear()
+        self.live.clear()
+        self.updates.clear()
         self.outage = False
         self.max_page_size = 1000
+
+    def ring(self, call_sid: str, from_: str, to: str) -> None:
+        """An incoming call that Twilio now carries (its voice webhook is Parley's business)."""
+        self.live[call_sid] = {"sid": call_sid, "from": from_, "to": to, "status": "in-progress"}
 
     def add_number(self, phone_number: str, voice_url: str = "") -> str:
         sid = f"PN{next(self._ids):032x}"
@@ -116,6 +127,7 @@ def make_twilio_stub(state: TwilioState) -> Starlette:
             return _error(400, 21205, "Url or Twiml parameter is required")
         sid = f"CA{next(state._ids):032x}"
         state.calls.append({"sid": sid, **form})
+        state.live[sid] = {"sid": sid, "from": form["From"], "to": form["To"], "status": "queued"}
         return JSONResponse(
             {
                 "sid": sid,
@@ -127,11 +139,36 @@ def make_twilio_stub(state: TwilioState) -> Starlette:
             status_code=201,
         )
 
+    async def update_call(request: Request) -> JSONResponse:
+        if (refused := check(request)) is not None:
+            return refused
+        call = state.live.get(request.path_params["ca"])
+        if call is None:
+            return _error(404, 20404, "The requested resource was not found")
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        if call["status"] in ("completed", "canceled", "failed", "busy", "no-answer"):
+            return _error(400, 21220, "Call is not in-progress. Cannot redirect.")
+        if not (form.get("Twiml") or form.get("Url") or form.get("Status")):
+            return _error(400, 21205, "Url, Twiml or Status parameter is required")
+        if form.get("Status") in ("completed", "canceled"):
+            call["status"] = form["Status"]
+        state.updates.append({"sid": call["sid"], **form})
+        return JSONResponse(
+            {
+                "sid": call["sid"],
+                "status": call["status"],
+                "to": call["to"],
+                "from": call["from"],
+                "account_sid": ACCOUNT_SID,
+            }
+        )
+
     base = "/2010-04-01/Accounts/{sid}"
     return Starlette(
         routes=[
             Route(f"{base}/IncomingPhoneNumbers.json", numbers, methods=["GET"]),
             Route(f"{base}/IncomingPhoneNumbers/{{pn}}.json", update_number, methods=["POST"]),
             Route(f"{base}/Calls.json", calls, methods=["POST"]),
+            Route(f"{base}/Calls/{{ca}}.json", update_call, methods=["POST"]),
         ]
     )

@@ -298,20 +298,37 @@ async def test_order_lookup_against_the_real_connector(
     assert "non-public address" in blocked["error"]
 
 
-async def test_session_actions_are_dry_runs(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
+async def test_session_actions_answer_the_action_they_ask_for(
+    client: httpx.AsyncClient, headers: dict[str, str]
+) -> None:
+    # A test has no live call: the report says what the tool asks the runtime to do, and that it
+    # was not performed (a flow's call transfers or ends for real, see tests/telephony/test_transfer.py).
     end = await make_tool(client, headers, {"name": "hang_up", "type": "end_session"})
     report = (await run(client, headers, end["id"], reason="done")).json()
-    assert report["status"] == "dry_run"
-    assert report["result"]["action"] == "end_session"
+    assert report["status"] == "ok"
+    assert report["result"] == {"action": "end_session", "reason": "done", "message": "", "performed": False}
 
     transfer = await make_tool(
         client, headers, {"name": "to_human", "type": "transfer", "config": {"phone_number": "+4930123456"}}
     )
     report = (await run(client, headers, transfer["id"])).json()
-    assert report["status"] == "dry_run"
+    assert report["status"] == "ok" and report["result"]["performed"] is False
     assert report["result"]["action"] == "transfer"
     assert report["result"]["to"] == "+4930123456"
     assert (await run(client, headers, transfer["id"], phone_number="0301234")).status_code == 422
+
+
+async def test_a_transfer_target_that_is_not_e164_is_refused_with_a_clear_error(
+    client: httpx.AsyncClient, headers: dict[str, str]
+) -> None:
+    for bad in ("030 1234567", "+0301234567", "+49 (30) abc", "+4930123456789012"):
+        response = await client.post(
+            "/api/tools",
+            json={"name": "to_human", "type": "transfer", "config": {"phone_number": bad}},
+            headers=headers,
+        )
+        assert response.status_code == 422, (bad, response.text)
+        assert "E.164" in response.text, response.text
 
 
 async def test_another_organizations_tool_is_404(client: httpx.AsyncClient, headers: dict[str, str]) -> None:

@@ -105,6 +105,10 @@ class CallRecordIn(BaseModel):
     variables: dict[str, Any] = Field(default_factory=dict)
     recording_filename: str | None = None
     transferred_to: str | None = None
+    # when the transfer connected, and how the conversation's last transfer went (transferred, busy,
+    # no-answer, failed, canceled, unavailable; dialing when the session ended while it dialled)
+    transferred_at: datetime | None = None
+    transfer_status: str | None = None
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ class Call(OrgScopedMixin, TimestampMixin, Base):
     outcome: Mapped[str] = mapped_column(String(20), nullable=False)
     end_reason: Mapped[str | None] = mapped_column(String(500))
     transferred_to: Mapped[str | None] = mapped_column(String(200))
+    transferred_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    transfer_status: Mapped[str | None] = mapped_column(String(20))
     transcript: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
     tool_calls: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
     turn_metrics: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)

@@ -56,6 +56,14 @@ class CallOut(CallSummaryOut):
     language: str | None
     end_reason: str | None
     transferred_to: str | None
+    transferred_at: datetime | None = Field(
+        default=None, description="When the call was handed over to transferred_to."
+    )
+    transfer_status: str | None = Field(
+        default=None,
+        description="How the call's last transfer went: transferred, busy, no-answer, failed, canceled "
+        "or unavailable (no phone line); null when it had none.",
+    )
     transcript: list[TurnRecord]
     tool_calls: list[ToolCallRecord]
     turn_metrics: list[TurnMetrics]

@@ -72,7 +72,7 @@ TURN_LATENCY = Histogram(
 # --- tools -------------------------------------------------------------------------------------------
 TOOL_CALLS = Counter(
     "parley_tool_calls_total",
-    "Tool calls by tool kind and status (ok, error, timeout, dry_run)",
+    "Tool calls by tool kind and status (ok, error, timeout)",
     ["kind", "status"],
 )
 TOOL_FAILURES = Counter(

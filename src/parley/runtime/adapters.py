@@ -95,6 +95,7 @@ class PlatformTools:
             http_status=result.http_status,
             result=result.result,
             error=result.error,
+            action=result.action,
         )
 
     async def describe(self, refs: list[str]) -> list[ToolSpec]:

@@ -38,6 +38,8 @@ from parley.flows.expressions import ExpressionError, evaluate
 from parley.kit.metrics import observe_turn
 from parley.kit.templates import TemplateRenderError, render_template
 from parley.runtime.ports import (
+    CallControlPort,
+    HandOver,
     KnowledgeError,
     KnowledgePort,
     LlmError,
@@ -47,7 +49,7 @@ from parley.runtime.ports import (
     ToolOutcome,
     ToolPort,
 )
-from parley.runtime.state import ConversationState, LlmNodeState
+from parley.runtime.state import ConversationState, LlmNodeState, TransferState
 from parley.runtime.validators import parse_answer
 
 MAX_STEPS_PER_TURN = 100
@@ -60,6 +62,24 @@ DEFAULT_FALLBACK = {
     "de": "Entschuldigung, das hat gerade nicht geklappt.",
     "en": "Sorry, that did not work just now.",
 }
+
+# Said when a transfer cannot start or the dialled line does not connect (the flow variable
+# ``transfer_failed``, a template, overrides them).
+TRANSFER_APOLOGY = {
+    "busy": {
+        "de": "Entschuldigung, dort ist gerade besetzt. Ich bin wieder für Sie da.",
+        "en": "Sorry, that line is busy right now. I am back with you.",
+    },
+    "no-answer": {
+        "de": "Entschuldigung, dort nimmt gerade niemand ab. Ich bin wieder für Sie da.",
+        "en": "Sorry, nobody is answering right now. I am back with you.",
+    },
+    "failed": {
+        "de": "Entschuldigung, ich kann Sie gerade nicht verbinden.",
+        "en": "Sorry, I cannot connect you right now.",
+    },
+}
+NO_LINE = "This conversation has no phone line that could be transferred (a web or text conversation)."
 
 EventType = Literal["say", "tool_call", "signal", "transfer", "end"]
 
@@ -117,12 +137,15 @@ class FlowEngine:
         tools: ToolPort,
         knowledge: KnowledgePort | None = None,
         llm: LlmPort | None = None,
+        calls: CallControlPort | None = None,
     ) -> None:
         self.definition = definition
         self.nodes = {node.id: node for node in definition.nodes}
         self.tools = tools
         self.knowledge = knowledge
         self.llm = llm
+        # the live call's line (transfers); None: the conversation has none (web, text)
+        self.calls = calls
 
     # --- setting up ----------------------------------------------------------------------------
 
@@ -169,6 +192,7 @@ class FlowEngine:
         turn = _Turn(TurnResult())
         started = time.perf_counter()
         await self._run(state, turn)
+        await self._hang_up_if_ended(state)
         return self._finish(state, turn, started)
 
     async def handle(
@@ -181,7 +205,8 @@ class FlowEngine:
         """
         turn = _Turn(TurnResult(), on_text=on_text)
         started = time.perf_counter()
-        if state.status != "active":
+        if state.status != "active" or state.transferring:
+            # While a transfer dials the caller is not in the flow; nothing they send moves it.
             return turn.result
         state.transcript.append(
             TurnRecord(
@@ -208,6 +233,43 @@ class FlowEngine:
             turn.pending_user = text
         if state.status == "active" and not state.waiting:
             await self._run(state, turn)
+        await self._hang_up_if_ended(state)
+        return self._finish(state, turn, started)
+
+    async def transfer_ended(
+        self, state: ConversationState, status: str, *, caller_gone: bool = False
+    ) -> TurnResult:
+        """The provider reports how a dialling transfer ended. ``completed``/``answered``: the caller
+        is with the target, the conversation ends as ``transferred``. Anything else (``busy``,
+        ``no-answer``, ``failed``, ``canceled``): the caller is back, hears the apology and the flow
+        continues at the transfer's failure branch (or ends as ``failed`` without one); a caller who
+        hung up while it rang (``caller_gone``) ends it as ``abandoned``."""
+        turn = _Turn(TurnResult())
+        started = time.perf_counter()
+        transfer = state.transfer
+        if state.status != "active" or transfer is None or transfer.status != "dialing":
+            return turn.result  # reported twice, or the session ended meanwhile: nothing to do
+        if status in ("completed", "answered", "in-progress"):
+            transfer.status = "transferred"
+            state.transferred_to, state.transferred_at = transfer.to, _now()
+            self._finish_conversation(state, turn, "transferred", "transferred")
+            return self._finish(state, turn, started)
+        transfer.status = status if status in ("busy", "no-answer", "canceled") else "failed"  # type: ignore[assignment]
+        if caller_gone:
+            self._finish_conversation(state, turn, "abandoned", "caller_hung_up")
+            return self._finish(state, turn, started)
+        transfer.resume_index = len(state.transcript)
+        state.waiting = False
+        self._transfer_failed(state, turn, transfer.node_id, transfer.to, transfer.status, None)
+        node = self.nodes.get(transfer.node_id)
+        if isinstance(node, LlmNode):
+            state.waiting = True  # back in the conversation with the model: the caller speaks next
+        elif transfer.next is None:
+            self._finish_conversation(state, turn, "failed", "transfer_failed")
+        else:
+            self._move(state, turn, transfer.next)
+            await self._run(state, turn)
+        await self._hang_up_if_ended(state)
         return self._finish(state, turn, started)
 
     def end(self, state: ConversationState, outcome: Outcome, reason: str) -> None:
@@ -222,7 +284,8 @@ class FlowEngine:
         result = turn.result
         total = (time.perf_counter() - started) * 1000
         result.engine_ms = round(max(total - result.tool_ms - result.llm_ms, 0.0), 3)
-        said = [e for e in result.events if e.type == "say" and e.text]
+        # The transfer's message is said by the line before it dials (not by the voice pipeline).
+        said = [e for e in result.events if e.type in ("say", "transfer") and e.text]
         for event in said:
             state.transcript.append(
                 TurnRecord(
@@ -334,6 +397,116 @@ class FlowEngine:
             SignalRecord(type=kind[:60], severity="medium", details=details, at=_now(), source="runtime")
         )
 
+    # --- transfers -----------------------------------------------------------------------------
+
+    async def _hang_up_if_ended(self, state: ConversationState) -> None:
+        # A transferred call belongs to the target now; any other end of the flow ends the call.
+        if state.status == "ended" and state.outcome != "transferred" and self.calls is not None:
+            await self.calls.hang_up()
+
+    async def _hand_over(
+        self,
+        node_id: str,
+        target: str,
+        message: str,
+        failure_next: str | None,
+        state: ConversationState,
+        turn: _Turn,
+    ) -> HandOver:
+        """Ask the line to move the call to ``target``. Dialling or done: the message goes with the
+        transfer (the line says it before it dials) and the state records it; otherwise nothing is
+        said here and the caller decides what follows."""
+        language = str(state.variables.get("language") or self.definition.language)
+        text = self._render(message, state)
+        if self.calls is None:
+            handover = HandOver("unavailable", reason=NO_LINE)
+        else:
+            handover = await self.calls.transfer(target, text, language)
+        state.transfer = TransferState(
+            to=target,
+            node_id=node_id,
+            status=handover.status,
+            provider=handover.provider,
+            requested_at=_now(),
+            next=failure_next,
+        )
+        if handover.status not in ("dialing", "transferred"):
+            return handover
+        turn.result.events.append(
+            AgentEvent(
+                "transfer",
+                node_id,
+                text=text or None,
+                data={"to": target, "status": handover.status, "provider": handover.provider},
+            )
+        )
+        if handover.status == "transferred":
+            state.transferred_to, state.transferred_at = target, _now()
+            self._finish_conversation(state, turn, "transferred", "transferred")
+        return handover
+
+    def _transfer_failed(
+        self,
+        state: ConversationState,
+        turn: _Turn,
+        node_id: str,
+        target: str,
+        status: str,
+        reason: str | None,
+    ) -> None:
+        """The transfer did not connect: a runtime signal, a ``transfer`` event and the apology."""
+        details: dict[str, Any] = {"node": node_id, "to": target, "status": status}
+        if reason:
+            details["reason"] = reason[:300]
+        self._runtime_signal(state, "transfer_failed", details)
+        turn.result.events.append(
+            AgentEvent("transfer", node_id, data={"to": target, "status": status, "reason": reason})
+        )
+        self._say(turn, state, self.transfer_apology(state, status), node_id)
+
+    def transfer_apology(self, state: ConversationState, status: str) -> str:
+        configured = state.variables.get("transfer_failed") or self.definition.variables.get(
+            "transfer_failed"
+        )
+        if isinstance(configured, str) and configured.strip():
+            return self._render(configured, state, {"transfer_status": status})
+        language = str(state.variables.get("language") or self.definition.language)[:2]
+        lines = TRANSFER_APOLOGY.get(status, TRANSFER_APOLOGY["failed"])
+        return lines.get(language, lines["en"])
+
+    async def _act(
+        self,
+        outcome: ToolOutcome,
+        node_id: str,
+        failure_next: str | None,
+        state: ConversationState,
+        turn: _Turn,
+    ) -> None:
+        """A tool that acts on the conversation: end it, or transfer the call. A transfer that cannot
+        start turns the tool's outcome into an error (the caller's failure path speaks)."""
+        action = outcome.action or {}
+        if outcome.status != "ok" or not action:
+            return
+        if action.get("action") == "end_session":
+            self._say(turn, state, self._render(str(action.get("message") or ""), state), node_id)
+            self._finish_conversation(state, turn, "completed", "ended_by_agent")
+            outcome.result = {"action": "end_session", "ended": True}
+            return
+        if action.get("action") == "transfer":
+            target = str(action.get("to") or "")
+            handover = await self._hand_over(
+                node_id, target, str(action.get("message") or ""), failure_next, state, turn
+            )
+            outcome.result = {"action": "transfer", "to": target, "status": handover.status}
+            if handover.status not in ("dialing", "transferred"):
+                outcome.status = "error"
+                outcome.error = handover.reason or "The transfer could not start."
+                self._runtime_signal(
+                    state,
+                    "transfer_failed",
+                    {"node": node_id, "to": target, "status": handover.status, "reason": outcome.error[:300]},
+                )
+
     # --- nodes ---------------------------------------------------------------------------------
 
     async def _step(self, node: Any, state: ConversationState, turn: _Turn) -> Step:
@@ -353,11 +526,15 @@ class FlowEngine:
         if isinstance(node, KnowledgeNode):
             return await self._knowledge_node(node, state, turn)
         if isinstance(node, TransferNode):
-            self._say(turn, state, self._render(node.message, state), node.id)
-            state.transferred_to = node.phone_number
-            turn.result.events.append(AgentEvent("transfer", node.id, data={"to": node.phone_number}))
-            self._finish_conversation(state, turn, "transferred", "transferred")
-            return None
+            handover = await self._hand_over(node.id, node.phone_number, node.message, node.next, state, turn)
+            if handover.status == "dialing":
+                return WAIT
+            if handover.status == "transferred":
+                return None
+            self._transfer_failed(state, turn, node.id, node.phone_number, handover.status, handover.reason)
+            if node.next is None:
+                self._finish_conversation(state, turn, "failed", "transfer_failed")
+            return node.next
         if isinstance(node, SetNode):
             return self._set(node, state, turn)
         if isinstance(node, SignalNode):
@@ -423,11 +600,18 @@ class FlowEngine:
         return node.next
 
     async def _call_tool(
-        self, ref: str, arguments: dict[str, Any], node_id: str, state: ConversationState, turn: _Turn
+        self,
+        ref: str,
+        arguments: dict[str, Any],
+        node_id: str,
+        state: ConversationState,
+        turn: _Turn,
+        failure_next: str | None = None,
     ) -> ToolOutcome:
         started = time.perf_counter()
         outcome = await self.tools.call(ref, arguments)
         turn.result.tool_ms += (time.perf_counter() - started) * 1000
+        await self._act(outcome, node_id, failure_next, state, turn)
         state.tool_calls.append(
             ToolCallRecord(
                 tool_id=outcome.tool_id,
@@ -457,8 +641,14 @@ class FlowEngine:
 
     async def _tool_node(self, node: ToolNode, state: ConversationState, turn: _Turn) -> Step:
         arguments = {k: self._render_value(v, state) for k, v in node.arguments.items()}
-        outcome = await self._call_tool(node.tool, arguments, node.id, state, turn)
-        if outcome.status in ("ok", "dry_run"):
+        outcome = await self._call_tool(
+            node.tool, arguments, node.id, state, turn, failure_next=node.on_error or node.next
+        )
+        if state.status != "active":
+            return None
+        if state.transferring:
+            return WAIT
+        if outcome.status == "ok":
             if node.result_variable:
                 state.variables[node.result_variable] = outcome.result
             return node.next
@@ -645,6 +835,10 @@ class FlowEngine:
                     else:
                         content = await self._llm_tool(call.name, call.arguments, by_name, node, state, turn)
                         seen[key] = content
+                    if state.status != "active":
+                        return None  # the model ended the conversation (end_session) or it was transferred
+                    if state.transferring:
+                        return WAIT
                     working.append({"role": "tool", "tool_call_id": call.id, "content": content})
                 if repeated:
                     offer = []
@@ -675,8 +869,8 @@ class FlowEngine:
             arguments = None
         if not isinstance(arguments, dict):
             return json.dumps({"error": "The arguments must be a JSON object."})
-        outcome = await self._call_tool(spec.ref, arguments, node.id, state, turn)
-        if outcome.status in ("ok", "dry_run"):
+        outcome = await self._call_tool(spec.ref, arguments, node.id, state, turn, failure_next=node.id)
+        if outcome.status == "ok":
             payload: Any = outcome.result
         else:
             payload = {"error": outcome.error or outcome.status}

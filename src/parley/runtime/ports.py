@@ -16,11 +16,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 class ToolOutcome:
     tool_id: str | None
     tool_name: str
-    status: Literal["ok", "error", "timeout", "dry_run"]
+    status: Literal["ok", "error", "timeout"]
     latency_ms: float = 0.0
     http_status: int | None = None
     result: Any = None
     error: str | None = None
+    # A tool that acts on the conversation itself (``transfer``, ``end_session``) asks the engine to
+    # act: ``{"action": "transfer", "to", "message"}`` or ``{"action": "end_session", "message", "reason"}``.
+    action: dict[str, Any] | None = None
 
 
 @dataclass
@@ -92,4 +95,27 @@ class StreamingLlmPort(LlmPort, Protocol):
         """One streamed chat completion: text pieces go to ``on_delta`` as they arrive, function calls
         are reassembled; answers the whole reply. Raise :class:`LlmError` when it fails (also after
         some text was already handed out)."""
+        ...
+
+
+@dataclass
+class HandOver:
+    """What the line did with a transfer: ``dialing`` (the provider dials; how it ends is reported
+    later), ``transferred`` (done), ``unavailable`` (no phone line to transfer: a web or text
+    conversation) or ``failed`` (the provider refused or could not be reached; ``reason`` is safe)."""
+
+    status: Literal["dialing", "transferred", "unavailable", "failed"]
+    provider: str | None = None
+    reason: str | None = None
+
+
+class CallControlPort(Protocol):
+    async def transfer(self, target: str, message: str, language: str) -> HandOver:
+        """Move the live call to ``target`` (E.164); ``message`` is what the caller hears first.
+        Failures are answers (``failed``/``unavailable``), never exceptions."""
+        ...
+
+    async def hang_up(self) -> None:
+        """The flow ended the conversation: end the live call where the voice stream does not do it
+        by itself. Never raises (a failure is logged)."""
         ...

@@ -85,7 +85,9 @@ def _show(console: Console, turn: dict[str, Any]) -> None:
             data = event.get("data") or {}
             console.print(f"[dim]  ⚙ {escape(str(data.get('tool')))} → {escape(str(data.get('status')))}[/]")
         elif kind == "transfer":
-            console.print(f"[yellow]  ↪ transfer to {escape(str((event.get('data') or {}).get('to')))}[/]")
+            data = event.get("data") or {}
+            status = f" ({data['status']})" if data.get("status") else ""
+            console.print(f"[yellow]  ↪ transfer to {escape(str(data.get('to')))}{escape(status)}[/]")
 
 
 def _events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -34,6 +34,7 @@ from parley.kit.tenancy import get_owned, scoped
 from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
 from parley.runtime.engine import FlowEngine, TextSink, TurnResult
+from parley.runtime.ports import CallControlPort
 from parley.runtime.state import ConversationState
 from parley.sessions import locks
 from parley.sessions.models import ConversationSession
@@ -103,12 +104,22 @@ async def definition_of(session: AsyncSession, row: ConversationSession) -> Flow
     return await _definition_of(session, row)
 
 
+def _line(
+    session: AsyncSession, settings: Settings, organization_id: str, session_id: str, channel: str
+) -> CallControlPort:
+    # Imported here: telephony starts sessions (parley.telephony.service imports this module).
+    from parley.telephony.handover import PhoneLine
+
+    return PhoneLine(session, settings, organization_id, session_id, channel)
+
+
 async def _engine(
     reader: AsyncSession,
     session: AsyncSession,
     settings: Settings,
     context: OrgContext,
     definition: FlowDefinition,
+    line: CallControlPort | None = None,
 ) -> tuple[FlowEngine, PlatformLlm | None]:
     organization_id = context.organization_id
     llm: PlatformLlm | None = None
@@ -123,6 +134,7 @@ async def _engine(
         tools=PlatformTools(session, settings, organization_id),
         knowledge=PlatformKnowledge(session, organization_id),
         llm=llm,
+        calls=line,
     )
     return engine, llm
 
@@ -190,6 +202,8 @@ def call_record(row: ConversationSession, state: ConversationState) -> CallRecor
         signals=state.signals,
         variables=state.variables,
         transferred_to=state.transferred_to,
+        transferred_at=state.transferred_at,
+        transfer_status=state.transfer.status if state.transfer is not None else None,
     )
 
 
@@ -229,7 +243,8 @@ async def _prepare(
         definition = await _published(reader, context.organization_id, flow.id, version)
 
     session_id = new_id("ses")
-    engine, llm = await _engine(reader, session, settings, context, definition)
+    line = _line(session, settings, context.organization_id, session_id, data.channel)
+    engine, llm = await _engine(reader, session, settings, context, definition, line)
     state = engine.new_state(
         session_id=session_id,
         channel=data.channel,
@@ -294,11 +309,36 @@ async def send_message(
             state.status, state.outcome, state.end_reason = "ended", "failed", "flow_unavailable"
             log.warning("session_flow_unavailable", session_id=session_id, reason=exc.detail)
         else:
-            engine, llm = await _engine(reader, session, settings, context, definition)
+            line = _line(session, settings, organization_id, session_id, loaded.channel)
+            engine, llm = await _engine(reader, session, settings, context, definition, line)
     result = TurnResult() if engine is None else await engine.handle(state, text, on_text=on_text)
     row = await open_session(session, organization_id, session_id, lock=True)
     if row.version != version:
         raise Conflict("The session was changed by another request at the same time; send it again.")
+    await _save(session, row, state, llm)
+    return row, result
+
+
+async def transfer_ended(
+    session: AsyncSession,
+    settings: Settings,
+    context: OrgContext,
+    session_id: str,
+    status: str,
+    *,
+    caller_gone: bool = False,
+) -> tuple[ConversationSession, TurnResult]:
+    """The provider reports how a dialling transfer ended (see ``FlowEngine.transfer_ended``): the
+    session ends as ``transferred``, or the caller is back in the flow. A session that is not
+    dialling (already reported, ended) is left as it is."""
+    row = await get_session(session, context.organization_id, session_id, lock=True)
+    state = _state(row)
+    if row.status != "active" or not state.transferring:
+        return row, TurnResult()
+    definition = await _definition_of(session, row)
+    line = _line(session, settings, context.organization_id, row.id, row.channel)
+    engine, llm = await _engine(session, session, settings, context, definition, line)
+    result = await engine.transfer_ended(state, status, caller_gone=caller_gone)
     await _save(session, row, state, llm)
     return row, result
 
@@ -321,12 +361,22 @@ async def send_message_committed(
 
 
 async def end_session(
-    session: AsyncSession, organization_id: str, session_id: str, *, outcome: str = "completed", reason: str
+    session: AsyncSession,
+    organization_id: str,
+    session_id: str,
+    *,
+    outcome: str = "completed",
+    reason: str,
+    unless_transferring: bool = False,
 ) -> ConversationSession:
+    """End the session now. ``unless_transferring``: a session whose call is being transferred is
+    left as it is (its media stream stops because the provider dials; the dial's result decides)."""
     row = await get_session(session, organization_id, session_id, lock=True)
     if row.status != "active":
         raise SessionEnded(f"Session {session_id!r} has already ended.")
     state = _state(row)
+    if unless_transferring and state.transferring:
+        return row
     state.status, state.outcome, state.end_reason, state.waiting = "ended", outcome, reason, False  # type: ignore[assignment]
     await _save(session, row, state, None)
     return row

@@ -17,7 +17,7 @@ from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
 from parley.kit.tenancy import get_owned, scoped
 from parley.organizations import service as organizations
-from parley.telephony import service, sync
+from parley.telephony import handover, service, sync
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk
 from parley.telephony.schemas import (
     DispatchRuleCreate,
@@ -374,6 +374,31 @@ async def twilio_voice(request: Request, session: DbSession) -> Response:
     )
     if session_id is not None and organization_id is not None:
         service.audit_webhook(session, request_facts(request), organization_id, session_id)
+    return Response(twiml, media_type="application/xml")
+
+
+@router.post("/twilio/dial", include_in_schema=False)
+async def twilio_dial(
+    request: Request,
+    session: DbSession,
+    session_id: Annotated[str, Query(alias="session", max_length=40)],
+) -> Response:
+    """Twilio's report on a transfer's ``<Dial>`` (its ``action`` and the dialled number's
+    ``answered`` callback), signed like the voice webhook. Answers TwiML: hang up after a completed
+    transfer, or a new media stream that brings the caller back into the flow (docs/telephony.md)."""
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type != _FORM:
+        raise UnsupportedMediaType("Twilio webhooks are application/x-www-form-urlencoded.")
+    form = await request.form()
+    params = [(key, value) for key, value in form.multi_items() if isinstance(value, str)]
+    twiml = await handover.answer_dial_callback(
+        session,
+        request.app.state.settings,
+        session_id,
+        params,
+        request.headers.get("x-twilio-signature"),
+        request.url.query,
+    )
     return Response(twiml, media_type="application/xml")
 
 

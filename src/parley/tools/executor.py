@@ -41,7 +41,7 @@ from parley.tools.schemas import (
 
 MAX_RESPONSE_BYTES = 1024 * 1024
 
-Status = Literal["ok", "error", "timeout", "dry_run"]
+Status = Literal["ok", "error", "timeout"]
 
 
 @dataclass
@@ -51,6 +51,9 @@ class ToolResult:
     http_status: int | None = None
     result: Any = None
     error: str | None = None
+    # ``transfer`` and ``end_session`` act on the live conversation, which only the runtime holds:
+    # they answer the action to take, and the runtime takes it (parley.runtime.engine).
+    action: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -171,23 +174,25 @@ async def _dispatch(
         return await _run_order_lookup(settings, tool, config, arguments)
     if isinstance(config, KnowledgeSearchConfig):
         return await _run_knowledge_search(session, tool, config, arguments)
+    return _session_action(config, arguments)
+
+
+def _session_action(config: BaseModel, arguments: dict[str, Any]) -> ToolResult:
+    """The action a ``transfer``/``end_session`` tool asks for. Running the tool is asking: the
+    conversation runtime transfers or ends the call (``performed`` says the tool itself did not)."""
     if isinstance(config, TransferConfig):
-        target = arguments.get("phone_number") or config.phone_number
-        message = arguments.get("message") or config.message
-        return ToolResult(
-            "dry_run",
-            result={"action": "transfer", "to": target, "message": message, "dry_run": True},
-        )
-    message = getattr(config, "message", "")
-    return ToolResult(
-        "dry_run",
-        result={
+        action = {
+            "action": "transfer",
+            "to": arguments.get("phone_number") or config.phone_number,
+            "message": arguments.get("message") or config.message,
+        }
+    else:
+        action = {
             "action": "end_session",
             "reason": arguments.get("reason"),
-            "message": message,
-            "dry_run": True,
-        },
-    )
+            "message": getattr(config, "message", ""),
+        }
+    return ToolResult("ok", result={**action, "performed": False}, action=action)
 
 
 # --- http -------------------------------------------------------------------------------------------

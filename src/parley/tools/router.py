@@ -89,7 +89,7 @@ async def test_tool(
 
     An upstream failure is still a 200 here, with ``status`` error or timeout and the reason: this is a
     test report. Arguments that do not fit the tool's parameters are a 422. ``end_session`` and
-    ``transfer`` act on live calls, so their test answers what they would do (``status`` dry_run).
+    ``transfer`` act on live calls, so their test answers the action they ask for (``performed`` false).
     """
     describe(request, "tool", tool_id)
     return await service.test_tool(

@@ -7,6 +7,7 @@ import jsonschema
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from parley.flows.definition import check_e164_target
 from parley.kit.schemas import StrictModel
 from parley.kit.templates import template_problems
 
@@ -125,6 +126,8 @@ class EndSessionConfig(StrictModel):
 class TransferConfig(StrictModel):
     phone_number: str = Field(pattern=E164, examples=["+4930123456"])
     message: str = Field(default="", max_length=1000)
+
+    _e164 = field_validator("phone_number", mode="before")(check_e164_target)
 
 
 CONFIG_MODELS: dict[str, type[StrictModel]] = {

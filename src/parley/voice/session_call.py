@@ -166,9 +166,8 @@ async def open_voiced(state: Any, context: OrgContext, session_id: str) -> Opene
                 engines = Engines(chosen.stt, chosen.tts, WebRtcVad(SAMPLE_RATE), chosen.tts_voice)
         except ParleyError as exc:
             raise Refused(CLOSE_UNAVAILABLE, exc.detail) from exc
-    greeting: list[str] = []
-    if not any(turn.speaker == "caller" for turn in conversation.transcript):
-        greeting = [turn.text for turn in conversation.transcript if turn.speaker == "agent"]
+    # the flow's opening, or what was said since the caller came back from a failed transfer
+    greeting = conversation.opening_lines()
     config = PipelineConfig(
         sample_rate=SAMPLE_RATE, frame_ms=FRAME_MS, language=language, phrases=phrases, voice=engines.voice
     )
@@ -388,12 +387,19 @@ class VoiceCall(ABC):
             outcome, reason = "abandoned", "caller_hung_up"
         state = self.app.state
         try:
+            # A stream that stops because the call is being transferred leaves the session to the
+            # dial's result (parley.telephony.handover).
             async with (
                 locks.hold(self.session_id),
                 unit_of_work(state.db, jobs=runner_for(state)) as session,
             ):
                 await service.end_session(
-                    session, self.context.organization_id, self.session_id, outcome=outcome, reason=reason
+                    session,
+                    self.context.organization_id,
+                    self.session_id,
+                    outcome=outcome,
+                    reason=reason,
+                    unless_transferring=True,
                 )
         except SessionEnded:
             return

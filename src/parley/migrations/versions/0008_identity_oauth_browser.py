@@ -1,6 +1,6 @@
 """bind an OAuth state to the browser that started it: the hash of the connect's cookie
 
-Revision ID: 0008_identity
+Revision ID: 0008
 Revises: 0007
 Create Date: 2026-11-25
 """
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0008_identity"
+revision: str = "0008"
 down_revision: str | Sequence[str] | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -19,7 +19,7 @@ from aiohttp.abc import ResolveResult
 from aiohttp.tracing import Trace
 from livekit import api
 from livekit.api.twirp_client import ServerError
-from livekit.protocol import sip
+from livekit.protocol import room, sip
 
 from parley.kit.outbound import OutboundPolicy
 from parley.providers.catalog import LiveKitConfig
@@ -103,16 +103,15 @@ class LiveKitSip:
         if self._session is not None:
             await self._session.close()
 
-    @property
-    def _sip(self) -> Any:
+    async def _call(self, method: str, *args: Any, service: str = "sip", **kwargs: Any) -> Any:
         assert self._api is not None, "use LiveKitSip as an async context manager"
-        return self._api.sip
-
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await getattr(self._sip, method)(*args, **kwargs)
+            return await getattr(getattr(self._api, service), method)(*args, **kwargs)
         except ServerError as exc:
             reason = f"{exc.message or 'request refused'} ({exc.code})"
+            sip_status = exc.metadata.get("sip_status_code") if exc.metadata else None
+            if sip_status:  # a dialled line answered with a SIP failure (486 Busy Here...)
+                reason = f"{reason}; SIP {sip_status} {exc.metadata.get('sip_status') or ''}".strip()
             raise ProviderFailure(PROVIDER, reason[:300], status=exc.status) from exc
         except BlockedAddress as exc:
             raise ProviderFailure(PROVIDER, str(exc)) from exc
@@ -196,3 +195,27 @@ class LiveKitSip:
         )
         info: sip.SIPParticipantInfo = await self._call("create_sip_participant", request)
         return info
+
+    async def transfer_sip_participant(
+        self, *, room_name: str, identity: str, transfer_to: str, ringing_seconds: int = 30
+    ) -> None:
+        """Transfer the room's SIP participant to ``transfer_to`` (``tel:+49...`` or ``sip:...``) with a
+        SIP REFER; answers once the target took the call. A busy, unanswered or refused target is a
+        :class:`ProviderFailure` naming the SIP status."""
+        request = sip.TransferSIPParticipantRequest(
+            participant_identity=identity, room_name=room_name, transfer_to=transfer_to, play_dialtone=False
+        )
+        request.ringing_timeout.seconds = ringing_seconds
+        response = await self._call("transfer_sip_participant", request)
+        status = getattr(response, "status", sip.SIPTransferStatus.STS_TRANSFER_SUCCESSFUL)
+        if status != sip.SIPTransferStatus.STS_TRANSFER_SUCCESSFUL:
+            reason = sip.SIPTransferReason.Name(response.reason) if response.reason else "not completed"
+            raise ProviderFailure(PROVIDER, f"the transfer did not complete ({reason})")
+
+    async def remove_participant(self, *, room_name: str, identity: str) -> None:
+        """Hang up a SIP participant: remove it from its room (LiveKit ends its SIP call)."""
+        await self._call(
+            "remove_participant",
+            room.RoomParticipantIdentity(room=room_name, identity=identity),
+            service="room",
+        )

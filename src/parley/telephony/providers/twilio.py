@@ -125,6 +125,13 @@ class TwilioClient:
         )
         return _number(item)
 
+    async def update_call(self, call_sid: str, *, twiml: str) -> TwilioCallInfo:
+        """Redirect a live call to new TwiML (the Calls resource's update). Twilio ends what the call
+        was doing (its media stream) and runs ``twiml``; a call that is no longer in progress is
+        refused (Twilio's 21220) and becomes a :class:`ProviderFailure`."""
+        item = await self._request("POST", f"/Calls/{call_sid}.json", data={"Twiml": twiml})
+        return TwilioCallInfo(sid=str(item.get("sid") or call_sid), status=str(item.get("status") or ""))
+
     async def create_call(self, *, to: str, from_: str, twiml: str) -> TwilioCallInfo:
         item = await self._request("POST", "/Calls.json", data={"To": to, "From": from_, "Twiml": twiml})
         return TwilioCallInfo(sid=str(item.get("sid") or ""), status=str(item.get("status") or "queued"))
