@@ -215,9 +215,15 @@ def _render_json(value: Any, context: dict[str, Any]) -> Any:
 
 
 def _url_safe(value: Any) -> Any:
-    # Arguments placed into a URL are percent-encoded, so "../admin" cannot change the path.
+    # Arguments placed into a URL are percent-encoded, so "../admin" cannot change the path; nested
+    # values (``args.address.street``) are encoded leaf by leaf.
+    if isinstance(value, dict):
+        return {k: _url_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_url_safe(v) for v in value]
     if isinstance(value, str | int | float) and not isinstance(value, bool):
-        return quote(str(value), safe="")
+        # Dots too: a bare ".." segment would otherwise climb out of the path when the URL is normalised.
+        return quote(str(value), safe="").replace(".", "%2E")
     return value
 
 
@@ -231,7 +237,8 @@ async def _run_http(
     settings: Settings, tool: Tool, config: HttpToolConfig, arguments: dict[str, Any]
 ) -> ToolResult:
     context = {**arguments, "args": arguments}
-    url_context = {**{k: _url_safe(v) for k, v in arguments.items()}, "args": arguments}
+    safe_arguments = _url_safe(arguments)
+    url_context = {**safe_arguments, "args": safe_arguments}
     with_secrets = {**context, "secrets": _secrets(settings, tool)}
     url = _render(config.url, url_context, "url").strip()
     if not url.lower().startswith(("http://", "https://")):
