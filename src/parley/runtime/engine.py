@@ -12,6 +12,7 @@ as empty text.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -311,6 +312,10 @@ class FlowEngine:
             self._runtime_signal(state, "template_error", {"error": str(exc)[:300]})
             return ""
 
+    async def _arender(self, text: str, state: ConversationState, extra: dict[str, Any] | None = None) -> str:
+        # In a worker thread: a template within its budget still never holds up the event loop.
+        return await asyncio.to_thread(self._render, text, state, extra) if text else ""
+
     def _render_value(self, value: Any, state: ConversationState) -> Any:
         if isinstance(value, str):
             stripped = value.strip()
@@ -338,11 +343,11 @@ class FlowEngine:
 
     async def _step(self, node: Any, state: ConversationState, turn: _Turn) -> Step:
         if isinstance(node, SayNode):
-            self._say(turn, state, self._render(node.text, state), node.id)
+            self._say(turn, state, await self._arender(node.text, state), node.id)
             return node.next
         if isinstance(node, CollectNode):
             state.retries[node.id] = 0
-            self._say(turn, state, self._render(node.prompt, state), node.id)
+            self._say(turn, state, await self._arender(node.prompt, state), node.id)
             return WAIT
         if isinstance(node, ToolNode):
             return await self._tool_node(node, state, turn)
@@ -353,7 +358,7 @@ class FlowEngine:
         if isinstance(node, KnowledgeNode):
             return await self._knowledge_node(node, state, turn)
         if isinstance(node, TransferNode):
-            self._say(turn, state, self._render(node.message, state), node.id)
+            self._say(turn, state, await self._arender(node.message, state), node.id)
             state.transferred_to = node.phone_number
             turn.result.events.append(AgentEvent("transfer", node.id, data={"to": node.phone_number}))
             self._finish_conversation(state, turn, "transferred", "transferred")
@@ -361,7 +366,7 @@ class FlowEngine:
         if isinstance(node, SetNode):
             return self._set(node, state, turn)
         if isinstance(node, SignalNode):
-            details = {k: self._render_value(v, state) for k, v in node.details.items()}
+            details = await asyncio.to_thread(self._render_value, dict(node.details), state)
             state.signals.append(
                 SignalRecord(
                     type=node.signal_type,
@@ -374,7 +379,7 @@ class FlowEngine:
             turn.result.events.append(AgentEvent("signal", node.id, data={"type": node.signal_type}))
             return node.next
         if isinstance(node, EndNode):
-            self._say(turn, state, self._render(node.text, state), node.id)
+            self._say(turn, state, await self._arender(node.text, state), node.id)
             self._finish_conversation(state, turn, "completed", "flow_completed")
             return None
         raise AssertionError(f"unknown node type {type(node).__name__}")  # pragma: no cover
@@ -456,7 +461,7 @@ class FlowEngine:
         return outcome
 
     async def _tool_node(self, node: ToolNode, state: ConversationState, turn: _Turn) -> Step:
-        arguments = {k: self._render_value(v, state) for k, v in node.arguments.items()}
+        arguments = await asyncio.to_thread(self._render_value, dict(node.arguments), state)
         outcome = await self._call_tool(node.tool, arguments, node.id, state, turn)
         if outcome.status in ("ok", "dry_run"):
             if node.result_variable:
@@ -472,7 +477,7 @@ class FlowEngine:
         return node.on_error or node.next
 
     async def _knowledge_node(self, node: KnowledgeNode, state: ConversationState, turn: _Turn) -> Step:
-        query = self._render(node.query, state) or str(state.variables.get("last_user_message") or "")
+        query = await self._arender(node.query, state) or str(state.variables.get("last_user_message") or "")
         hits: list[dict[str, Any]] = []
         if self.knowledge is not None and query.strip():
             started = time.perf_counter()
@@ -499,7 +504,7 @@ class FlowEngine:
                 answer = (reply.content or "").strip() or answer
             except LlmError as exc:
                 self._runtime_signal(state, "llm_failure", {"node": node.id, "error": str(exc)[:300]})
-        text = self._render(node.answer, state, {"hits": hits, "knowledge_answer": answer})
+        text = await self._arender(node.answer, state, {"hits": hits, "knowledge_answer": answer})
         if not text and not hits:
             text = self.fallback_text(state)
         if node.result_variable:
@@ -571,11 +576,11 @@ class FlowEngine:
         memory = state.llm
         memory.messages.append({"role": "user", "content": user[:4000]})
         memory.messages = self._bounded(memory.messages)
-        system = "\n\n".join(
-            part
-            for part in (self._render(self.definition.prompt, state), self._render(node.system_prompt, state))
-            if part
+        prompts = (
+            await self._arender(self.definition.prompt, state),
+            await self._arender(node.system_prompt, state),
         )
+        system = "\n\n".join(part for part in prompts if part)
         specs = await self.tools.describe(node.tools) if node.tools else []
         by_name = {spec.name: spec for spec in specs}
         functions = [

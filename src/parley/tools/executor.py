@@ -233,9 +233,9 @@ def _header_value(name: str, value: str) -> str:
     return value
 
 
-async def _run_http(
+def _render_request(
     settings: Settings, tool: Tool, config: HttpToolConfig, arguments: dict[str, Any]
-) -> ToolResult:
+) -> tuple[str, dict[str, Any]]:
     context = {**arguments, "args": arguments}
     safe_arguments = _url_safe(arguments)
     url_context = {**safe_arguments, "args": safe_arguments}
@@ -255,6 +255,14 @@ async def _run_http(
     request: dict[str, Any] = {"headers": headers}
     if config.body is not None and config.method != "GET":
         request["json"] = _render_json(config.body, context)
+    return url, request
+
+
+async def _run_http(
+    settings: Settings, tool: Tool, config: HttpToolConfig, arguments: dict[str, Any]
+) -> ToolResult:
+    # Templates render in a worker thread (each within its budget), never on the event loop.
+    url, request = await asyncio.to_thread(_render_request, settings, tool, config, arguments)
     policy = OutboundPolicy.from_entries(settings.outbound_allowlist)
     result = await _call(policy, config.method, url, config.timeout_seconds, request)
     if config.response_mapping and result.status == "ok" and isinstance(result.result, dict | list):
