@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import httpx
 import orjson
 import pytest
-
-import httpx
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from pydantic import SecretStr
-from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 
 from parley.config import Settings
 from parley.tools.executor import _run_http
