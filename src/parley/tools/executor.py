@@ -354,7 +354,8 @@ async def _run_order_lookup(
         # The operator's own connector is trusted even on a private address; nothing else is.
         entries.append(_origin(settings.connector_url)[1])
     order_id = str(arguments["order_id"]).strip()
-    headers = {"Accept": "application/json"}
+    # The connector counts failed keys per organization too, so one tenant cannot lock out the others.
+    headers = {"Accept": "application/json", "X-Parley-Organization": tool.organization_id}
     api_key = _secrets(settings, tool).get("api_key")
     if api_key:
         headers["X-API-Key"] = _header_value("X-API-Key", api_key)
