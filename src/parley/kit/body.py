@@ -34,10 +34,48 @@ def _missing() -> RequestValidationError:
     )
 
 
+# Deeper bodies are refused before anything recursive (validation, JSON Schema checks) sees them.
+MAX_JSON_DEPTH = 64
+
+
+def _too_deep() -> RequestValidationError:
+    return RequestValidationError(
+        [
+            {
+                "type": "json_too_deep",
+                "loc": ("body",),
+                "msg": f"The body is nested more than {MAX_JSON_DEPTH} levels deep; send a flatter document.",
+                "input": None,
+            }
+        ]
+    )
+
+
+def json_depth_exceeds(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests lists/objects deeper than ``limit`` (iterative: no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _quick_depth_ok(raw: bytes) -> bool:
+    # Fewer opening brackets than the limit cannot nest deeper than it: the common case costs a count.
+    return raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH
+
+
 def _decode_json(raw: bytes) -> Any:
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "depth" in exc.msg.lower() or "recursion" in exc.msg.lower():  # orjson stops at 1024 levels
+            raise _too_deep() from exc
         raise RequestValidationError(
             [
                 {
@@ -49,6 +87,9 @@ def _decode_json(raw: bytes) -> Any:
                 }
             ]
         ) from exc
+    if not _quick_depth_ok(raw) and json_depth_exceeds(value):
+        raise _too_deep()
+    return value
 
 
 def _is_list_type(annotation: Any) -> bool:
@@ -100,6 +141,8 @@ async def read_body_data(request: Request, model: type[BaseModel]) -> Any:
                 continue
             field = model.model_fields.get(key)
             data[key] = _form_value(field.annotation if field else Any, [str(v) for v in values])
+        if json_depth_exceeds(data):
+            raise _too_deep()
         return data
     raw = await request.body()
     if content_type in ("", "application/json", "text/plain") or content_type.endswith("+json"):

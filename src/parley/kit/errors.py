@@ -196,6 +196,13 @@ def is_unavailable(exc: DBAPIError) -> bool:
 def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
     """Pydantic error dicts may hold exceptions in ``ctx``; turn those into strings."""
     out: list[dict[str, Any]] = []
+    errors = list(errors)
+    if len(errors) > MAX_ECHO_ERRORS:
+        # A body with ten thousand unknown fields must not get ten thousand errors back.
+        more = len(errors) - MAX_ECHO_ERRORS
+        errors = errors[:MAX_ECHO_ERRORS] + [
+            {"type": "too_many_errors", "loc": ("body",), "msg": f"… and {more} more errors.", "input": None}
+        ]
     for error in errors:
         item = dict(error)
         ctx = item.get("ctx")
@@ -203,11 +210,41 @@ def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
             item["ctx"] = {
                 k: (v if isinstance(v, str | int | float | bool | None) else str(v)) for k, v in ctx.items()
             }
-        if "input" in item and isinstance(item["input"], bytes):
-            item["input"] = item["input"].decode("utf-8", "replace")
+        if "input" in item:
+            item["input"] = shortened(item["input"])
         item.pop("url", None)
         out.append(item)
     return out
+
+
+MAX_ECHO_ERRORS = 50
+MAX_ECHO_CHARS = 200
+MAX_ECHO_ITEMS = 20
+_ECHO_DEPTH = 3
+
+
+def shortened(value: Any, depth: int = 0) -> Any:
+    """A validation error's ``input`` cut down so an error body never echoes a request body in full:
+    strings to ``MAX_ECHO_CHARS`` characters, objects and lists to ``MAX_ECHO_ITEMS`` entries, three
+    levels deep ("…" marks what was left out)."""
+    if isinstance(value, bytes):
+        value = value[: MAX_ECHO_CHARS * 4].decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value if len(value) <= MAX_ECHO_CHARS else value[:MAX_ECHO_CHARS] + "…"
+    if isinstance(value, dict | list | tuple):
+        if depth >= _ECHO_DEPTH:
+            return "…"
+        if isinstance(value, dict):
+            items = list(value.items())
+            short = {str(k)[:MAX_ECHO_CHARS]: shortened(v, depth + 1) for k, v in items[:MAX_ECHO_ITEMS]}
+            if len(items) > MAX_ECHO_ITEMS:
+                short["…"] = f"{len(items) - MAX_ECHO_ITEMS} more"
+            return short
+        listed = [shortened(v, depth + 1) for v in list(value)[:MAX_ECHO_ITEMS]]
+        if len(value) > MAX_ECHO_ITEMS:
+            listed.append(f"… {len(value) - MAX_ECHO_ITEMS} more")
+        return listed
+    return value
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
