@@ -8,6 +8,7 @@ list whose ``loc`` starts with ``"body"``). Routes using it get the three media 
 
 from __future__ import annotations
 
+import asyncio
 import types
 import typing
 from typing import Any, TypeVar, Union, get_args, get_origin
@@ -169,7 +170,10 @@ def validate_body(model: type[M], data: Any) -> M:
 
 def ParsedBody(model: type[M]) -> Any:
     async def parse(request: Request) -> M:
-        return validate_body(model, await read_body_data(request, model))
+        data = await read_body_data(request, model)
+        # In a worker thread: validation may check templates (a trial render each) and JSON Schemas,
+        # and however long that takes, the event loop keeps serving everyone else.
+        return await asyncio.to_thread(validate_body, model, data)
 
     setattr(parse, BODY_MODEL_ATTR, model)
     return Depends(parse)

@@ -200,9 +200,13 @@ def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
     if len(errors) > MAX_ECHO_ERRORS:
         # A body with ten thousand unknown fields must not get ten thousand errors back.
         more = len(errors) - MAX_ECHO_ERRORS
-        errors = errors[:MAX_ECHO_ERRORS] + [
-            {"type": "too_many_errors", "loc": ("body",), "msg": f"… and {more} more errors.", "input": None}
-        ]
+        summary = {
+            "type": "too_many_errors",
+            "loc": ("body",),
+            "msg": f"… and {more} more errors.",
+            "input": None,
+        }
+        errors = [*errors[:MAX_ECHO_ERRORS], summary]
     for error in errors:
         item = dict(error)
         ctx = item.get("ctx")
