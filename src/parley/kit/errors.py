@@ -76,8 +76,14 @@ class UnsupportedMediaType(ParleyError):
 
 
 class Unprocessable(ParleyError):
+    """A 422 raised by a service; answered in FastAPI's validation shape like every other 422."""
+
     status_code = 422
     code = "unprocessable"
+
+    def __init__(self, detail: str, *, loc: tuple[str | int, ...] = ("body",)) -> None:
+        super().__init__(detail)
+        self.loc = loc
 
 
 class TooManyRequests(ParleyError):
@@ -126,6 +132,10 @@ def error_response(
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ParleyError)
     async def _parley_error(request: Request, exc: ParleyError) -> JSONBytesResponse:
+        if isinstance(exc, Unprocessable):
+            # The documented 422 body is FastAPI's list, never a string detail.
+            item = {"type": exc.code, "loc": list(exc.loc), "msg": exc.detail, "input": None}
+            return JSONBytesResponse({"detail": [item]}, status_code=422)
         return error_response(exc.status_code, exc.detail, exc.code, exc.headers)
 
     @app.exception_handler(StarletteHTTPException)

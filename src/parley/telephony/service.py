@@ -317,7 +317,9 @@ def _patch(data: BaseModel, *required: str) -> dict[str, Any]:
     changes = data.model_dump(exclude_unset=True)
     for field in required:
         if field in changes and changes[field] is None:
-            raise Unprocessable(f"{field} cannot be null; send an empty value or leave it out.")
+            raise Unprocessable(
+                f"{field} cannot be null; send an empty value or leave it out.", loc=("body", field)
+            )
     return changes
 
 
