@@ -6,6 +6,7 @@ Validation errors keep FastAPI's 422 ``detail`` list. Internal errors never leak
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import structlog
@@ -129,6 +130,27 @@ def error_response(
     return JSONBytesResponse({"detail": detail, "code": code}, status_code=status, headers=headers)
 
 
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the OpenAPI document declares for the request's path (the routes themselves are
+    spread over included routers; the document is built once and cached by FastAPI)."""
+    patterns: list[tuple[re.Pattern[str], set[str]]] | None = getattr(
+        request.app.state, "allow_patterns", None
+    )
+    if patterns is None:
+        patterns = []
+        for template, item in request.app.openapi().get("paths", {}).items():
+            regex = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+            patterns.append((re.compile(f"^{regex}$"), {m.upper() for m in item}))
+        request.app.state.allow_patterns = patterns
+    methods: set[str] = set()
+    for pattern, declared in patterns:
+        if pattern.match(request.url.path):
+            methods |= declared
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ParleyError)
     async def _parley_error(request: Request, exc: ParleyError) -> JSONBytesResponse:
@@ -143,10 +165,14 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else "Request failed."
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"No route matches {request.method} {request.url.path}."
+        headers = dict(exc.headers or {})
         if exc.status_code == 405:
             detail = f"{request.method} is not allowed on {request.url.path}."
+            # Starlette names only the first route that matched the path; a path served by several
+            # routes (GET and POST handlers) allows all of their methods.
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         code = _HTTP_CODES.get(exc.status_code, "error")
-        return error_response(exc.status_code, detail, code, dict(exc.headers or {}))
+        return error_response(exc.status_code, detail, code, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONBytesResponse:
