@@ -113,7 +113,14 @@ def _is_plain_str(annotation: Any) -> bool:
     return False
 
 
+def _is_nullable(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+
+
 def _form_value(annotation: Any, values: list[str]) -> Any:
+    if _is_nullable(annotation) and len(values) == 1 and values[0] == "null":
+        # A form field cannot carry JSON null otherwise; for a nullable property, "null" is null.
+        return None
     if _is_list_type(annotation):
         if len(values) == 1 and values[0].lstrip().startswith("["):
             try:
