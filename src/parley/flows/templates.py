@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import ChainableUndefined, Environment, TemplateError, nodes
+from jinja2 import ChainableUndefined, Environment, Template, TemplateError, nodes
 from jinja2.exceptions import SecurityError
 from jinja2.nodes import EvalContext
 from jinja2.runtime import Context
@@ -290,11 +290,17 @@ def template_variables(text: str) -> set[str]:
     return names - set(_ENV.globals)
 
 
+@functools.lru_cache(maxsize=1024)
+def _compiled(text: str) -> Template:
+    # Parsing and compiling is ~100 times the cost of rendering; a flow's templates repeat every turn.
+    return _ENV.from_string(text)
+
+
 def render_template(text: str, variables: Mapping[str, Any]) -> str:
     """Render ``text`` with ``variables`` in the sandbox; raise ``TemplateRenderError`` on any failure."""
     token = _BUDGET.set(_Budget(MAX_OPERATIONS, time.monotonic() + RENDER_DEADLINE_SECONDS))
     try:
-        template = _ENV.from_string(text)
+        template = _compiled(text)
         rendered = template.render(dict(variables))
     except TemplateRenderError:
         raise
