@@ -81,3 +81,18 @@ def test_ordinary_templates_still_render() -> None:
     )
     variables = {"order": {"lines": [{"price": 1}, {"price": 2}]}, "names": ["Ada", "Bob"]}
     assert render_template(text, variables) == "1:1 2:2 ab 12 Ada, Bob a-3 1 x 499500"
+
+
+async def test_many_templates_under_the_budget_cannot_add_up(
+    allow_client: httpx.AsyncClient, headers: dict[str, str], stub_url: str
+) -> None:
+    # Each header stays under the per-render budget; together they would cost 20 budgets to check.
+    busy = "{% for i in range(15000) %}{% endfor %}x"
+    body = http_tool(f"{stub_url}/echo/x")
+    body["config"]["headers"] = {f"X-H{i}": busy for i in range(20)}
+    response = await allow_client.post("/api/tools", json=body, headers=headers)
+    assert response.status_code == 422, response.text
+    assert any("templates together" in e["msg"] for e in response.json()["detail"]), response.json()
+    # One such header alone is fine.
+    body["config"]["headers"] = {"X-H0": busy}
+    assert (await allow_client.post("/api/tools", json=body, headers=headers)).status_code == 200

@@ -4,6 +4,7 @@ export/import. Never commits; the request's session does."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from typing import Any
 
@@ -501,7 +502,9 @@ async def import_flow(session: AsyncSession, context: OrgContext, data: FlowImpo
                 )
             reused.append(spec.name)
             continue
-        config = parse_config(spec.type, spec.config, loc=("body", "tools", index, "config"))
+        config = await asyncio.to_thread(
+            functools.partial(parse_config, spec.type, spec.config, loc=("body", "tools", index, "config"))
+        )
         tool = Tool(
             id=new_id("tool"),
             organization_id=context.organization_id,

@@ -16,6 +16,7 @@ worker thread so the event loop never waits for a template.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import operator
@@ -56,6 +57,8 @@ class _Budget:
     operations: int
     deadline: float
     allocated: int = 0
+    # The trial renders of one save share a budget too, so ten thousand templates cannot add up.
+    parent: _Budget | None = None
 
     def produce(self, size: int) -> None:
         self.allocated += size
@@ -65,8 +68,15 @@ class _Budget:
             )
 
     def tick(self, count: int = 1) -> None:
+        if self.parent is not None:
+            self.parent.tick(count)
         self.operations -= count
         if self.operations < 0:
+            if self.deadline == float("inf"):
+                raise TemplateBudgetExceeded(
+                    f"the templates together need more than {MAX_CHECK_OPERATIONS} loop iterations, "
+                    "calls and filters to check"
+                )
             raise TemplateBudgetExceeded(
                 f"the template needs more than {MAX_OPERATIONS} loop iterations, calls and filters"
             )
@@ -75,6 +85,8 @@ class _Budget:
 
 
 _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("template_budget", default=None)
+_CHECK_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("template_check", default=None)
+MAX_CHECK_OPERATIONS = 200_000
 
 
 def _tick(count: int = 1) -> None:
@@ -267,12 +279,23 @@ def template_problems(text: str) -> list[str]:
     if not problems:
         # A trial render without variables: what exhausts the budget on its own never renders in a call.
         try:
-            render_template(text, {})
+            render_template(text, {}, _parent=_CHECK_BUDGET.get())
         except TemplateBudgetExceeded as exc:
             problems.append(f"cannot be rendered within the template budget: {exc}")
         except TemplateRenderError:
             pass  # depends on variables that only exist at run time
     return problems
+
+
+@contextlib.contextmanager
+def template_check_scope() -> Iterator[None]:
+    """Within this block, the trial renders of :func:`template_problems` share one budget of
+    ``MAX_CHECK_OPERATIONS``: a definition with thousands of templates cannot add up to minutes."""
+    token = _CHECK_BUDGET.set(_Budget(MAX_CHECK_OPERATIONS, float("inf")))
+    try:
+        yield
+    finally:
+        _CHECK_BUDGET.reset(token)
 
 
 def _const(node: nodes.Node | None) -> Any:
@@ -296,9 +319,10 @@ def _compiled(text: str) -> Template:
     return _ENV.from_string(text)
 
 
-def render_template(text: str, variables: Mapping[str, Any]) -> str:
+def render_template(text: str, variables: Mapping[str, Any], *, _parent: _Budget | None = None) -> str:
     """Render ``text`` with ``variables`` in the sandbox; raise ``TemplateRenderError`` on any failure."""
-    token = _BUDGET.set(_Budget(MAX_OPERATIONS, time.monotonic() + RENDER_DEADLINE_SECONDS))
+    budget = _Budget(MAX_OPERATIONS, time.monotonic() + RENDER_DEADLINE_SECONDS, parent=_parent)
+    token = _BUDGET.set(budget)
     try:
         template = _compiled(text)
         rendered = template.render(dict(variables))
@@ -331,6 +355,7 @@ __all__ = [
     "parse_template",
     "render_template",
     "render_template_async",
+    "template_check_scope",
     "template_problems",
     "template_variables",
 ]

@@ -7,7 +7,7 @@ import jsonschema
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from parley.flows.templates import template_problems
+from parley.flows.templates import template_check_scope, template_problems
 from parley.kit.schemas import StrictModel
 
 ToolType = Literal["http", "order_lookup", "knowledge_search", "end_session", "transfer"]
@@ -143,7 +143,8 @@ def parse_config(
 ) -> StrictModel:
     """Validate ``config`` for ``tool_type``; problems are 422s located under ``loc``."""
     try:
-        return CONFIG_MODELS[tool_type].model_validate(config)
+        with template_check_scope():  # the config's templates share one checking budget
+            return CONFIG_MODELS[tool_type].model_validate(config)
     except ValidationError as exc:
         errors = []
         for error in exc.errors(include_url=False):
