@@ -22,6 +22,8 @@ ATTACKS = {
     "a huge format width": '{{ "{:>99999999}".format(1) }}',
     "a huge separator": '{{ range(100000)|join("x" * 10000) }}',
     "exponential macro recursion": "{% macro f() %}{{ f() }}{{ f() }}{% endmacro %}{{ f() }}",
+    "one long text printed many times": '{% set s = "x" * 1000000 %}{{ [[s]] * 100000 }}',
+    "one long text joined many times": '{% set s = "x" * 1000000 %}{{ ",".join([s] * 100000) }}',
 }
 
 

@@ -121,6 +121,34 @@ def _check_int(value: Any) -> None:
         raise TemplateBudgetExceeded(f"a number in the template is larger than {MAX_INT_BITS} bits")
 
 
+def _deep_size(value: Any, limit: int = MAX_INTERMEDIATE) -> int:
+    """Characters and items inside ``value``, counting shared references each time (as ``str()`` would
+    write them); stops early once over ``limit``, so the walk itself stays bounded."""
+    total = 0
+    stack = [value]
+    while stack and total <= limit:
+        item = stack.pop()
+        if isinstance(item, str | bytes):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += len(item) + 1
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            total += len(item) + 1
+            stack.extend(item)
+        else:
+            total += 1
+    return total
+
+
+def _finalize(value: Any) -> Any:
+    # What ``{{ x }}`` prints: a list holding one long text many times is refused before str() writes it.
+    if isinstance(value, list | tuple | dict | set | frozenset):
+        _check_size(_deep_size(value), "the printed value")
+    return value
+
+
 def _check_arguments(target: Any, args: Iterable[Any]) -> None:
     """Refuse a call whose arguments could make it allocate more than the budget (widths, padding)."""
     base = max(_size(target), 1)
@@ -132,6 +160,8 @@ def _check_arguments(target: Any, args: Iterable[Any]) -> None:
             if _WIDE_FORMAT.search(arg):
                 raise TemplateBudgetExceeded("a width in a format string is too large")
             _check_size(base * max(len(arg), 1), "the result")
+        elif isinstance(arg, list | tuple):  # "".join(items) and the like
+            _check_size(_deep_size(arg) + base * len(arg), "the result")
     if isinstance(target, str) and _WIDE_FORMAT.search(target):
         raise TemplateBudgetExceeded("a width in a format string is too large")
 
@@ -235,7 +265,8 @@ class _FlowEnvironment(ImmutableSandboxedEnvironment):
         if operator_name == "*":
             for seq, count in ((left, right), (right, left)):
                 if isinstance(seq, str | list | tuple) and isinstance(count, int):
-                    _check_size(len(seq) * count, "a repeated text or list")
+                    size = len(seq) if isinstance(seq, str) else _deep_size(seq)
+                    _check_size(max(size, 1) * count, "a repeated text or list")
             both_ints = isinstance(left, int) and isinstance(right, int)
             if both_ints and left.bit_length() + right.bit_length() > MAX_INT_BITS:
                 raise TemplateBudgetExceeded(f"the product is larger than {MAX_INT_BITS} bits")
@@ -248,13 +279,15 @@ class _FlowEnvironment(ImmutableSandboxedEnvironment):
             result = operator.mod(left, right)
             _produced(result, "a formatted text")
             return result
-        _check_size(_size(left) + _size(right), "a sum of texts or lists")
+        _check_size(_deep_size(left) + _deep_size(right), "a sum of texts or lists")
         result = operator.add(left, right)
         _produced(result, "a sum of texts or lists")
         return result
 
 
-_ENV = _FlowEnvironment(undefined=ChainableUndefined, autoescape=False, keep_trailing_newline=True)
+_ENV = _FlowEnvironment(
+    undefined=ChainableUndefined, autoescape=False, keep_trailing_newline=True, finalize=_finalize
+)
 
 
 def parse_template(text: str) -> nodes.Template:
