@@ -35,7 +35,9 @@ VARIABLES: dict[str, Any] = {
     },
     "lines": [{"price": p} for p in range(50)],
 }
-LOOP = "{% for l in lines %}{{ loop.index }}: {{ l.price }} Euro{% if not loop.last %}, {% endif %}{% endfor %}"
+LOOP = (
+    "{% for l in lines %}{{ loop.index }}: {{ l.price }} Euro{% if not loop.last %}, {% endif %}{% endfor %}"
+)
 
 
 def main() -> None:
@@ -60,7 +62,9 @@ def main() -> None:
         base = statistics.median(medians["stock sandbox (parse + render)"])
         print(f"\n{label}")
         for name, values in medians.items():
-            print(f"  {name:34s} {statistics.median(values):9.1f} µs   × {statistics.median(values) / base:.2f}")
+            print(
+                f"  {name:34s} {statistics.median(values):9.1f} µs   × {statistics.median(values) / base:.2f}"
+            )
 
 
 if __name__ == "__main__":
