@@ -197,7 +197,7 @@ class FlowEngine:
         node = self.nodes.get(state.current_node or "")
         if state.waiting and isinstance(node, CollectNode):
             state.waiting = False
-            step = self._answer_collect(node, state, turn, text)
+            step = await self._answer_collect(node, state, turn, text)
             if isinstance(step, _Wait):
                 state.waiting = True
             else:
@@ -384,7 +384,9 @@ class FlowEngine:
             return None
         raise AssertionError(f"unknown node type {type(node).__name__}")  # pragma: no cover
 
-    def _answer_collect(self, node: CollectNode, state: ConversationState, turn: _Turn, text: str) -> Step:
+    async def _answer_collect(
+        self, node: CollectNode, state: ConversationState, turn: _Turn, text: str
+    ) -> Step:
         value = parse_answer(text, node)
         if value is not None:
             state.variables[node.variable] = value
@@ -393,7 +395,7 @@ class FlowEngine:
         retries = state.retries.get(node.id, 0) + 1
         state.retries[node.id] = retries
         if retries <= node.max_retries:
-            self._say(turn, state, self._render(node.reprompt or node.prompt, state), node.id)
+            self._say(turn, state, await self._arender(node.reprompt or node.prompt, state), node.id)
             return WAIT
         state.retries.pop(node.id, None)
         if node.on_failure:
