@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
 
 from parley.connector import setup
+from parley.connector.app import create_connector_app
 from parley.connector.config import ConnectorSettings
 from parley.connector.demo import generate_orders
 from parley.connector.schemas import FIELD_KINDS, FIELD_NAMES, FieldKind, Order
@@ -237,25 +238,75 @@ async def test_rate_limit_zero_disables_it(
         assert (await http.get(f"{ORDER_BASE}1", headers={"X-API-Key": api_key})).status_code == 200
 
 
-async def test_failed_key_attempts_block_the_address(
-    make_client: Callable[..., httpx.AsyncClient],
+@pytest.fixture
+async def one_app() -> AsyncIterator[Callable[..., Callable[[str], httpx.AsyncClient]]]:
+    """One connector app (one gate, one failure counter) reached from several client addresses."""
+    apps: list[Any] = []
+    clients: list[httpx.AsyncClient] = []
+
+    def build(settings: ConnectorSettings, *, fast_path: bool = True) -> Callable[[str], httpx.AsyncClient]:
+        app = create_connector_app(settings, fast_path=fast_path)
+        apps.append(app)
+
+        def from_address(address: str) -> httpx.AsyncClient:
+            transport = httpx.ASGITransport(app=app, client=(address, 50000))
+            clients.append(httpx.AsyncClient(transport=transport, base_url="http://connector"))
+            return clients[-1]
+
+        return from_address
+
+    yield build
+    for http in clients:
+        await http.aclose()
+    for app in apps:
+        await app.aclose()
+
+
+@pytest.mark.parametrize("path", ["fast", "fastapi"])
+async def test_failed_key_attempts_block_that_key_never_the_address(
+    one_app: Callable[..., Callable[[str], httpx.AsyncClient]],
     settings_for: Callable[..., ConnectorSettings],
     api_key: str,
+    path: str,
 ) -> None:
-    settings = settings_for(auth_failure_limit=3)
-    attacker = make_client(settings, client="203.0.113.9")
+    connect = one_app(settings_for(auth_failure_limit=3), fast_path=path == "fast")
+    key_id = api_key.split("_")[1]
+    wrong = f"pcn_{key_id}_not-the-secret"
+    attacker = connect("203.0.113.9")
     for _ in range(3):
-        assert (await attacker.get(f"{ORDER_BASE}1", headers={"X-API-Key": "guess"})).status_code == 401
-    for headers in ({"X-API-Key": "guess"}, {"X-API-Key": api_key}):
-        blocked = await attacker.get(f"{ORDER_BASE}1", headers=headers)
+        assert (await attacker.get(f"{ORDER_BASE}1", headers={"X-API-Key": wrong})).status_code == 401
+    for key in (wrong, api_key):
+        blocked = await attacker.get(f"{ORDER_BASE}1", headers={"X-API-Key": key})
         assert blocked.status_code == 429
         assert int(blocked.headers["retry-after"]) >= 1
         assert blocked.json()["success"] is False
-        assert "failed API key attempts" in blocked.json()["message"]
-    # Another address of the same process is unaffected.
-    other = make_client(settings, client="198.51.100.7")
-    other.headers["X-API-Key"] = api_key
-    assert (await other.get(f"{ORDER_BASE}1")).status_code == 200
+        assert blocked.json()["message"] == "Too many failed attempts with this API key; retry later."
+    # The same key from the same address, acting for another organization of the platform, still works.
+    other_org = {"X-API-Key": api_key, "X-Parley-Organization": "org_other"}
+    assert (await attacker.get(f"{ORDER_BASE}1", headers=other_org)).status_code == 200
+    # Another address is unaffected.
+    other = connect("198.51.100.7")
+    assert (await other.get(f"{ORDER_BASE}1", headers={"X-API-Key": api_key})).status_code == 200
+
+    # Malformed guesses carry no key id: they never block a real key from that address.
+    guesser = connect("203.0.113.10")
+    for _ in range(5):
+        assert (await guesser.get(f"{ORDER_BASE}1", headers={"X-API-Key": "guess"})).status_code in (401, 429)
+    assert (await guesser.get(f"{ORDER_BASE}1", headers={"X-API-Key": api_key})).status_code == 200
+
+
+async def test_a_key_guessed_from_many_addresses_is_blocked_everywhere(
+    one_app: Callable[..., Callable[[str], httpx.AsyncClient]],
+    settings_for: Callable[..., ConnectorSettings],
+    api_key: str,
+) -> None:
+    connect = one_app(settings_for(auth_failure_limit=2))
+    wrong = f"pcn_{api_key.split('_')[1]}_not-the-secret"
+    for n in range(2 * 10):  # the key id's own budget: ten times the per-address limit
+        http = connect(f"192.0.2.{n + 1}")
+        assert (await http.get(f"{ORDER_BASE}1", headers={"X-API-Key": wrong})).status_code == 401
+    fresh = connect("192.0.2.200")
+    assert (await fresh.get(f"{ORDER_BASE}1", headers={"X-API-Key": api_key})).status_code == 429
 
 
 async def test_unknown_paths_and_methods_keep_fastapi_bodies(client: httpx.AsyncClient, api_key: str) -> None:

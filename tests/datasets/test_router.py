@@ -231,7 +231,15 @@ async def test_import_refusals(client: httpx.AsyncClient, headers: dict[str, str
     assert (await client.post(url, json={"file": "x"}, headers=headers)).status_code == 415
     assert (await client.post(url, files={"name": (None, "x")}, headers=headers)).status_code == 422
     empty = await client.post(url, files={"file": ("x.csv", b"")}, headers=headers)
-    assert empty.status_code == 422 and empty.json()["detail"] == "The uploaded file is empty."
+    assert empty.status_code == 422
+    assert empty.json()["detail"] == [
+        {
+            "type": "unprocessable",
+            "loc": ["body", "file"],
+            "msg": "The uploaded file is empty.",
+            "input": None,
+        }
+    ]
     too_big = b"input\n" + b"x" * (10 * 1024 * 1024)
     assert (await client.post(url, files={"file": ("x.csv", too_big)}, headers=headers)).status_code == 413
     bad_flag = await client.post(

@@ -87,3 +87,36 @@ async def test_read_limited_caps_the_body(internal_server: str) -> None:
 
         with pytest.raises(UpstreamError):
             await read_limited(response, 4)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b:1::a00:1",  # NAT64 local-use prefix
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "2002:c0a8:101::1",  # 6to4 of 192.168.1.1
+        "::127.0.0.1",  # IPv4-compatible
+        "::10.0.0.1",
+        "::ffff:10.0.0.1",  # IPv4-mapped
+        "2001:0:4136:e378:8000:63bf:f5ff:fffe",  # Teredo, client 10.0.0.1
+    ],
+)
+async def test_ipv6_forms_embedding_a_private_ipv4_are_refused(address: str) -> None:
+    # Literal addresses need no DNS, so the guard is exercised exactly where the socket would open.
+    async with guarded_client(OutboundPolicy(), timeout=2) as client:
+        with pytest.raises(BlockedDestination) as info:
+            await client.get(f"http://[{address}]:1/")
+    assert "non-public address" in explain(info.value)
+
+
+def test_embedded_public_ipv4_is_judged_by_that_address() -> None:
+    import ipaddress
+
+    policy = OutboundPolicy()
+    assert policy.address_allowed("x", ipaddress.ip_address("64:ff9b::808:808"))  # NAT64 of 8.8.8.8
+    assert policy.address_allowed("x", ipaddress.ip_address("2002:808:808::1"))  # 6to4 of 8.8.8.8
+    assert not policy.address_allowed("x", ipaddress.ip_address("64:ff9b::7f00:1"))
+    assert policy.address_allowed("x", ipaddress.ip_address("2606:4700:4700::1111"))

@@ -280,3 +280,81 @@ async def test_outbound_call_through_livekit(connected: Org, livekit: Stub) -> N
     livekit.state.fail_methods.add("CreateSIPParticipant")
     failed = await connected.post("/api/calls/outbound", body)
     assert failed.status_code == 502 and "failed inside LiveKit" in failed.json()["detail"]
+
+
+def _resplit(form: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Merge the fields that sort after CallSid (up to From) into CallSid's value: the signature stays."""
+    ordered = sorted(form)
+    start = next(i for i, (k, _) in enumerate(ordered) if k == "CallSid")
+    end = next(i for i, (k, _) in enumerate(ordered) if k == "From")
+    merged = ordered[start][1] + "".join(k + v for k, v in ordered[start + 1 : end])
+    return [*ordered[:start], ("CallSid", merged), *ordered[end:]]
+
+
+async def test_a_resplit_webhook_is_refused_before_it_starts_a_session(
+    connected: Org, database: Database
+) -> None:
+    await connected.make(
+        "/api/telephony/numbers",
+        {"number": "+4930777000", "provider": "twilio", "flow_id": connected.flow_id},
+    )
+    original = _form("+4930777000")
+    first = await _webhook(connected.client, original)
+    assert first.status_code == 200 and "<Stream" in first.text
+    signature = compute_signature(tw_stub.AUTH_TOKEN, PUBLIC_URL + WEBHOOK, original)
+    resplit = _resplit(original)
+    # The attack is real: the re-split body carries the very same valid signature ...
+    assert compute_signature(tw_stub.AUTH_TOKEN, PUBLIC_URL + WEBHOOK, resplit) == signature
+    refused = await _webhook(connected.client, resplit, signature=signature)
+    # ... and is refused because its CallSid is not a CallSid, so no second session starts.
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["detail"] == (
+        "This is not a Twilio voice webhook: its CallSid field is not CA followed by 32 hexadecimal digits."
+    )
+    assert await _sessions(database, connected.id) == 1
+
+
+async def test_webhooks_missing_or_repeating_a_field_are_refused(connected: Org, database: Database) -> None:
+    base = _form("+4930777000")
+    cases = {
+        "no From": [p for p in base if p[0] != "From"],
+        "two CallSids": [*base, ("CallSid", "CA" + "e" * 32)],
+        "bad AccountSid": [("AccountSid", "AC123"), *base[1:]],
+        "To with a space": [*[p for p in base if p[0] != "To"], ("To", "+49 30 777000")],
+    }
+    for label, form in cases.items():
+        response = await _webhook(connected.client, form)
+        assert response.status_code == 403, label
+        assert response.json()["detail"].startswith("This is not a Twilio voice webhook"), label
+    assert await _sessions(database, connected.id) == 0
+
+
+async def test_an_old_webhook_replayed_gets_no_stream_and_no_new_session(
+    connected: Org, database: Database
+) -> None:
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from parley.kit.db import utcnow
+    from parley.telephony.models import TwilioCall
+    from parley.telephony.service import TWILIO_REPLAY_WINDOW_SECONDS
+
+    await connected.make(
+        "/api/telephony/numbers",
+        {"number": "+4930777000", "provider": "twilio", "flow_id": connected.flow_id},
+    )
+    assert "<Stream" in (await _webhook(connected.client, _form("+4930777000"))).text
+    # The call was first seen longer ago than the replay window (as if the request was captured then).
+    async with database.sessionmaker() as session:
+        await session.execute(
+            update(TwilioCall)
+            .where(TwilioCall.call_sid == CALL_SID)
+            .values(created_at=utcnow() - timedelta(seconds=TWILIO_REPLAY_WINDOW_SECONDS + 60))
+        )
+        await session.commit()
+    replay = await _webhook(connected.client, _form("+4930777000"))
+    assert replay.status_code == 200
+    assert "<Stream" not in replay.text and "token" not in replay.text
+    assert replay.text.endswith("<Hangup/></Response>")
+    assert await _sessions(database, connected.id) == 1

@@ -155,7 +155,8 @@ async def test_dispatch_rules_follow_livekits_model(org: Org) -> None:
 
     for field in ("name", "trunk_ids"):  # a PATCH may not blank what a rule must have
         blanked = await org.patch(f"/api/telephony/dispatch-rules/{rule['id']}", {field: None})
-        assert blanked.status_code == 422 and f"{field} cannot be null" in blanked.json()["detail"]
+        assert blanked.status_code == 422 and f"{field} cannot be null" in blanked.json()["detail"][0]["msg"]
+        assert blanked.json()["detail"][0]["loc"] == ["body", field]
     renamed = await org.patch(f"/api/telephony/dispatch-rules/{rule['id']}", {"name": "Callers"})
     assert renamed.status_code == 200
     blank_numbers = await org.patch(f"/api/telephony/trunks/{trunk['id']}", {"numbers": None})

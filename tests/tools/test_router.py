@@ -164,7 +164,7 @@ async def test_arguments_are_validated_and_url_encoded(
     body["config"]["parameters"] = {"type": "object", "properties": {"name": {"type": "string"}}}
     tool = await make_tool(allow_client, headers, body)
     report = (await run(allow_client, headers, tool["id"], name="../../admin?x=1")).json()
-    assert report["result"]["raw_path"] == "/echo/..%2F..%2Fadmin%3Fx%3D1"
+    assert report["result"]["raw_path"] == "/echo/%2E%2E%2F%2E%2E%2Fadmin%3Fx%3D1"
 
     strict = await make_tool(allow_client, headers, {**http_tool(f"{stub_url}/echo/x"), "name": "strict"})
     missing = await run(allow_client, headers, strict["id"])

@@ -10,6 +10,7 @@ response bytes are the same whichever layer answers.
 """
 
 # No `from __future__ import annotations`: FastAPI must resolve the closures in route signatures.
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -43,7 +44,7 @@ _ERROR_DOCS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorEnvelope, "description": "No order with this id."},
     429: {
         "model": ErrorEnvelope,
-        "description": "Per-key rate limit exceeded, or too many failed keys from this address.",
+        "description": "Per-key rate limit exceeded, or too many failed attempts with this key.",
         "headers": {
             "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}
         },
@@ -55,6 +56,15 @@ _ERROR_DOCS: dict[int | str, dict[str, Any]] = {
 def _client_address(scope: Scope) -> str:
     client = scope.get("client")
     return str(client[0]) if client else "unknown"
+
+
+_ORGANIZATION_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ORGANIZATION_HEADER = "x-parley-organization"
+
+
+def _organization(value: str | None) -> str:
+    """The organization the platform acts for (X-Parley-Organization), or ``-``; never trusted for access."""
+    return value if value and _ORGANIZATION_RE.match(value) else "-"
 
 
 def _build_api(settings: ConnectorSettings, gate: OrderGate, store: OrderStore) -> FastAPI:
@@ -82,7 +92,8 @@ def _build_api(settings: ConnectorSettings, gate: OrderGate, store: OrderStore) 
     async def require_key(request: Request, key: Annotated[str | None, Security(key_header)]) -> str:
         # A dependency runs before path parameters are validated: the key is checked before the id.
         reject_key_in_query(request.query_params.keys())
-        return await gate.authorize(key, _client_address(request.scope))
+        organization = _organization(request.headers.get(ORGANIZATION_HEADER))
+        return await gate.authorize(key, _client_address(request.scope), organization)
 
     @api.exception_handler(ConnectorError)
     async def _connector_error(_request: Request, exc: ConnectorError) -> Response:
@@ -168,15 +179,21 @@ class ConnectorApp:
         if order_id < 1 or order_id > MAX_ORDER_ID:
             return False
         key: bytes | None = None
+        organization: bytes | None = None
         for name, value in scope["headers"]:
-            if name == b"x-api-key":
+            if name == b"x-api-key" and key is None:
                 key = value
-                break
+            elif name == b"x-parley-organization" and organization is None:
+                organization = value
         if not key:
             return False
         headers = [_JSON, _NO_STORE]
         try:
-            await self.gate.authorize(key.decode("latin-1"), _client_address(scope))
+            await self.gate.authorize(
+                key.decode("latin-1"),
+                _client_address(scope),
+                _organization(organization.decode("latin-1") if organization else None),
+            )
             body = await self.gate.order_body(order_id)
             status = 200
         except ConnectorError as exc:

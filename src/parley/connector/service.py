@@ -94,39 +94,58 @@ class KeyRateLimiter:
 
 
 class FailedKeyLimiter:
-    """Fixed one-minute windows of failed key attempts per client address (guessing protection)."""
+    """Fixed one-minute windows of failed key attempts (guessing protection), counted per bucket.
+
+    Buckets are never an address alone: one tenant behind the platform's shared address must not lock
+    out every other tenant. A failed attempt counts against its key id (a backstop of
+    ``KEY_ID_FACTOR`` times the limit, for guessing one key's secret from many places) and against its
+    key id + address + organization (the limit). Malformed keys carry no key id and count under ``-``.
+    """
 
     _MAX_TRACKED = 10_000
+    KEY_ID_FACTOR = 10
 
     def __init__(self, per_minute: int) -> None:
         self.per_minute = per_minute
-        self._windows: dict[str, tuple[float, int]] = {}  # address -> (window start, failures)
+        self._windows: dict[tuple[str, ...], tuple[float, int]] = {}  # bucket -> (window start, failures)
 
-    def retry_after(self, address: str, now: float) -> int:
+    @staticmethod
+    def buckets(key_id: str | None, address: str, organization: str) -> list[tuple[str, ...]]:
+        narrow = ("key+address", key_id or "-", address, organization)
+        return [("key", key_id), narrow] if key_id else [narrow]
+
+    def _limit(self, bucket: tuple[str, ...]) -> int:
+        return self.per_minute * (self.KEY_ID_FACTOR if bucket[0] == "key" else 1)
+
+    def retry_after(self, buckets: list[tuple[str, ...]], now: float) -> int:
         if self.per_minute <= 0:
             return 0
-        window = self._windows.get(address)
-        if window is None:
-            return 0
-        start, failures = window
-        if now - start >= WINDOW_SECONDS:
-            del self._windows[address]
-            return 0
-        return max(1, math.ceil(WINDOW_SECONDS - (now - start))) if failures >= self.per_minute else 0
+        wait = 0
+        for bucket in buckets:
+            window = self._windows.get(bucket)
+            if window is None:
+                continue
+            start, failures = window
+            if now - start >= WINDOW_SECONDS:
+                del self._windows[bucket]
+            elif failures >= self._limit(bucket):
+                wait = max(wait, math.ceil(WINDOW_SECONDS - (now - start)), 1)
+        return wait
 
-    def record_failure(self, address: str, now: float) -> None:
+    def record_failure(self, buckets: list[tuple[str, ...]], now: float) -> None:
         if self.per_minute <= 0:
             return
-        start, failures = self._windows.get(address, (now, 0))
-        if now - start >= WINDOW_SECONDS:
-            start, failures = now, 0
-        self._windows[address] = (start, failures + 1)
+        for bucket in buckets:
+            start, failures = self._windows.get(bucket, (now, 0))
+            if now - start >= WINDOW_SECONDS:
+                start, failures = now, 0
+            self._windows[bucket] = (start, failures + 1)
         if len(self._windows) > self._MAX_TRACKED:
             self._prune(now)
 
     def _prune(self, now: float) -> None:
-        for address in [a for a, (s, _) in self._windows.items() if now - s >= WINDOW_SECONDS]:
-            del self._windows[address]
+        for bucket in [b for b, (s, _) in self._windows.items() if now - s >= WINDOW_SECONDS]:
+            del self._windows[bucket]
 
 
 def reject_key_in_query(params: Iterable[str]) -> None:
@@ -146,19 +165,25 @@ class OrderGate:
         self.rate = KeyRateLimiter(settings.rate_limit)
         self.failures = FailedKeyLimiter(settings.auth_failure_limit)
 
-    async def authorize(self, key: str | None, address: str) -> str:
-        """Return the caller's key name, or raise a 401/429 :class:`ConnectorError`."""
+    async def authorize(self, key: str | None, address: str, organization: str = "-") -> str:
+        """Return the caller's key name, or raise a 401/429 :class:`ConnectorError`.
+
+        ``organization`` is what the platform says it acts for (``X-Parley-Organization``); it only
+        separates failure counts and log lines, it grants nothing.
+        """
         now = time.monotonic()
-        blocked_for = self.failures.retry_after(address, now)
-        if blocked_for:
-            raise RateLimited("Too many failed API key attempts from this address; retry later.", blocked_for)
         if not key:
             raise MissingKey()
         key_id = keys.key_id_of(key)
+        buckets = self.failures.buckets(key_id, address, organization)
+        blocked_for = self.failures.retry_after(buckets, now)
+        if blocked_for:
+            raise RateLimited("Too many failed attempts with this API key; retry later.", blocked_for)
         entry = None if key_id is None else await self.keys.get(key_id)
         if entry is None or not keys.matches(key, entry[0]):
-            self.failures.record_failure(address, now)
-            log.info("connector.key_rejected")  # never the key, never the address
+            self.failures.record_failure(buckets, now)
+            # The key id is public (like a user name); never the key, never the address.
+            log.info("connector.key_rejected", key_id=key_id or "-", organization=organization)
             raise InvalidKey()
         wait = self.rate.take(key_id or "", now)
         if wait:

@@ -248,7 +248,7 @@ async def import_dataset_items(
     if len(data) > MAX_IMPORT_BYTES:
         raise PayloadTooLarge(f"Import files may have at most {MAX_IMPORT_BYTES} bytes.")
     if not data.strip():
-        raise Unprocessable("The uploaded file is empty.")
+        raise Unprocessable("The uploaded file is empty.", loc=("body", "file"))
     parsed = await asyncio.to_thread(parse_file, data, upload.filename)
     errors = [
         ImportProblem(line=line, message=message) for line, message in parsed.errors[:MAX_REPORTED_ERRORS]

@@ -3,6 +3,8 @@ export/import. Never commits; the request's session does."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 from typing import Any
 
@@ -172,7 +174,7 @@ async def get_flow(session: AsyncSession, organization_id: str, flow_id: str, *,
 
 async def create_flow(session: AsyncSession, context: OrgContext, data: FlowCreate) -> Flow:
     resources = await load_resources(session, context.organization_id)
-    raise_if_invalid(validate_definition(data.definition, resources))
+    raise_if_invalid(await asyncio.to_thread(validate_definition, data.definition, resources))
     definition = definition_json(data.definition)
     flow = Flow(
         id=new_id("flow"),
@@ -193,7 +195,7 @@ async def update_flow(session: AsyncSession, organization_id: str, flow_id: str,
     changes = data.model_dump(exclude_unset=True)
     if data.definition is not None:
         resources = await load_resources(session, organization_id)
-        raise_if_invalid(validate_definition(data.definition, resources))
+        raise_if_invalid(await asyncio.to_thread(validate_definition, data.definition, resources))
         flow.definition = definition_json(data.definition)
         flow.definition_hash = definition_hash(flow.definition)
     if data.name is not None:
@@ -224,7 +226,9 @@ async def check_flow(session: AsyncSession, organization_id: str, flow: Flow) ->
         definition = FlowDefinition.model_validate(flow.definition)
     except ValidationError as exc:
         return _structural_issues(flow.definition, exc)
-    return validate_definition(definition, await load_resources(session, organization_id))
+    return await asyncio.to_thread(
+        validate_definition, definition, await load_resources(session, organization_id)
+    )
 
 
 async def validate_flow(session: AsyncSession, organization_id: str, flow_id: str) -> FlowValidationOut:
@@ -237,7 +241,9 @@ async def validate_raw(session: AsyncSession, organization_id: str, raw: dict[st
         definition = FlowDefinition.model_validate(raw)
     except ValidationError as exc:
         return _report(_structural_issues(raw, exc))
-    return _report(validate_definition(definition, await load_resources(session, organization_id)))
+    resources = await load_resources(session, organization_id)
+    # Off the event loop: validation renders every template once (within its budget).
+    return _report(await asyncio.to_thread(validate_definition, definition, resources))
 
 
 def _structural_issues(raw: Any, exc: ValidationError) -> list[Issue]:
@@ -509,7 +515,9 @@ async def import_flow(session: AsyncSession, context: OrgContext, data: FlowImpo
                 )
             reused.append(spec.name)
             continue
-        config = parse_config(spec.type, spec.config, loc=("body", "tools", index, "config"))
+        config = await asyncio.to_thread(
+            functools.partial(parse_config, spec.type, spec.config, loc=("body", "tools", index, "config"))
+        )
         tool = Tool(
             id=new_id("tool"),
             organization_id=context.organization_id,

@@ -27,7 +27,7 @@ from parley.flows.definition import (
     node_targets,
 )
 from parley.flows.expressions import expression_problems
-from parley.kit.templates import template_problems, template_variables
+from parley.kit.templates import template_check_scope, template_problems, template_variables
 
 # Node types the conversation waits at for the caller: a loop must pass through one.
 WAITING_TYPES = ("collect", "llm")
@@ -166,6 +166,12 @@ def _cycles_without_waiting(definition: FlowDefinition, ids: set[str]) -> list[l
 
 
 def validate_definition(definition: FlowDefinition, resources: OrgResources) -> list[Issue]:
+    # The trial renders of all the flow's templates share one budget (docs/security.md).
+    with template_check_scope():
+        return _validate_definition(definition, resources)
+
+
+def _validate_definition(definition: FlowDefinition, resources: OrgResources) -> list[Issue]:
     issues: list[Issue] = []
     ids: set[str] = set()
     for node in definition.nodes:

@@ -8,6 +8,7 @@ list whose ``loc`` starts with ``"body"``). Routes using it get the three media 
 
 from __future__ import annotations
 
+import asyncio
 import types
 import typing
 from typing import Any, TypeVar, Union, get_args, get_origin
@@ -34,10 +35,48 @@ def _missing() -> RequestValidationError:
     )
 
 
+# Deeper bodies are refused before anything recursive (validation, JSON Schema checks) sees them.
+MAX_JSON_DEPTH = 64
+
+
+def _too_deep() -> RequestValidationError:
+    return RequestValidationError(
+        [
+            {
+                "type": "json_too_deep",
+                "loc": ("body",),
+                "msg": f"The body is nested more than {MAX_JSON_DEPTH} levels deep; send a flatter document.",
+                "input": None,
+            }
+        ]
+    )
+
+
+def json_depth_exceeds(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests lists/objects deeper than ``limit`` (iterative: no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def _quick_depth_ok(raw: bytes) -> bool:
+    # Fewer opening brackets than the limit cannot nest deeper than it: the common case costs a count.
+    return raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH
+
+
 def _decode_json(raw: bytes) -> Any:
     try:
-        return orjson.loads(raw)
+        value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "depth" in exc.msg.lower() or "recursion" in exc.msg.lower():  # orjson stops at 1024 levels
+            raise _too_deep() from exc
         raise RequestValidationError(
             [
                 {
@@ -49,6 +88,9 @@ def _decode_json(raw: bytes) -> Any:
                 }
             ]
         ) from exc
+    if not _quick_depth_ok(raw) and json_depth_exceeds(value):
+        raise _too_deep()
+    return value
 
 
 def _is_list_type(annotation: Any) -> bool:
@@ -71,7 +113,14 @@ def _is_plain_str(annotation: Any) -> bool:
     return False
 
 
+def _is_nullable(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+
+
 def _form_value(annotation: Any, values: list[str]) -> Any:
+    if _is_nullable(annotation) and len(values) == 1 and values[0] == "null":
+        # A form field cannot carry JSON null otherwise; for a nullable property, "null" is null.
+        return None
     if _is_list_type(annotation):
         if len(values) == 1 and values[0].lstrip().startswith("["):
             try:
@@ -100,6 +149,8 @@ async def read_body_data(request: Request, model: type[BaseModel]) -> Any:
                 continue
             field = model.model_fields.get(key)
             data[key] = _form_value(field.annotation if field else Any, [str(v) for v in values])
+        if json_depth_exceeds(data):
+            raise _too_deep()
         return data
     raw = await request.body()
     if content_type in ("", "application/json", "text/plain") or content_type.endswith("+json"):
@@ -126,7 +177,10 @@ def validate_body(model: type[M], data: Any) -> M:
 
 def ParsedBody(model: type[M]) -> Any:
     async def parse(request: Request) -> M:
-        return validate_body(model, await read_body_data(request, model))
+        data = await read_body_data(request, model)
+        # In a worker thread: validation may check templates (a trial render each) and JSON Schemas,
+        # and however long that takes, the event loop keeps serving everyone else.
+        return await asyncio.to_thread(validate_body, model, data)
 
     setattr(parse, BODY_MODEL_ATTR, model)
     return Depends(parse)

@@ -6,6 +6,7 @@ Validation errors keep FastAPI's 422 ``detail`` list. Internal errors never leak
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import structlog
@@ -76,8 +77,14 @@ class UnsupportedMediaType(ParleyError):
 
 
 class Unprocessable(ParleyError):
+    """A 422 raised by a service; answered in FastAPI's validation shape like every other 422."""
+
     status_code = 422
     code = "unprocessable"
+
+    def __init__(self, detail: str, *, loc: tuple[str | int, ...] = ("body",)) -> None:
+        super().__init__(detail)
+        self.loc = loc
 
 
 class TooManyRequests(ParleyError):
@@ -123,9 +130,34 @@ def error_response(
     return JSONBytesResponse({"detail": detail, "code": code}, status_code=status, headers=headers)
 
 
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the OpenAPI document declares for the request's path (the routes themselves are
+    spread over included routers; the document is built once and cached by FastAPI)."""
+    patterns: list[tuple[re.Pattern[str], set[str]]] | None = getattr(
+        request.app.state, "allow_patterns", None
+    )
+    if patterns is None:
+        patterns = []
+        for template, item in request.app.openapi().get("paths", {}).items():
+            regex = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+            patterns.append((re.compile(f"^{regex}$"), {m.upper() for m in item}))
+        request.app.state.allow_patterns = patterns
+    methods: set[str] = set()
+    for pattern, declared in patterns:
+        if pattern.match(request.url.path):
+            methods |= declared
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ParleyError)
     async def _parley_error(request: Request, exc: ParleyError) -> JSONBytesResponse:
+        if isinstance(exc, Unprocessable):
+            # The documented 422 body is FastAPI's list, never a string detail.
+            item = {"type": exc.code, "loc": list(exc.loc), "msg": exc.detail, "input": None}
+            return JSONBytesResponse({"detail": [item]}, status_code=422)
         return error_response(exc.status_code, exc.detail, exc.code, exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
@@ -133,10 +165,14 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else "Request failed."
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"No route matches {request.method} {request.url.path}."
+        headers = dict(exc.headers or {})
         if exc.status_code == 405:
             detail = f"{request.method} is not allowed on {request.url.path}."
+            # Starlette names only the first route that matched the path; a path served by several
+            # routes (GET and POST handlers) allows all of their methods.
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         code = _HTTP_CODES.get(exc.status_code, "error")
-        return error_response(exc.status_code, detail, code, dict(exc.headers or {}))
+        return error_response(exc.status_code, detail, code, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONBytesResponse:
@@ -196,6 +232,17 @@ def is_unavailable(exc: DBAPIError) -> bool:
 def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
     """Pydantic error dicts may hold exceptions in ``ctx``; turn those into strings."""
     out: list[dict[str, Any]] = []
+    errors = list(errors)
+    if len(errors) > MAX_ECHO_ERRORS:
+        # A body with ten thousand unknown fields must not get ten thousand errors back.
+        more = len(errors) - MAX_ECHO_ERRORS
+        summary = {
+            "type": "too_many_errors",
+            "loc": ("body",),
+            "msg": f"… and {more} more errors.",
+            "input": None,
+        }
+        errors = [*errors[:MAX_ECHO_ERRORS], summary]
     for error in errors:
         item = dict(error)
         ctx = item.get("ctx")
@@ -203,11 +250,41 @@ def _jsonable_errors(errors: Any) -> list[dict[str, Any]]:
             item["ctx"] = {
                 k: (v if isinstance(v, str | int | float | bool | None) else str(v)) for k, v in ctx.items()
             }
-        if "input" in item and isinstance(item["input"], bytes):
-            item["input"] = item["input"].decode("utf-8", "replace")
+        if "input" in item:
+            item["input"] = shortened(item["input"])
         item.pop("url", None)
         out.append(item)
     return out
+
+
+MAX_ECHO_ERRORS = 50
+MAX_ECHO_CHARS = 200
+MAX_ECHO_ITEMS = 20
+_ECHO_DEPTH = 3
+
+
+def shortened(value: Any, depth: int = 0) -> Any:
+    """A validation error's ``input`` cut down so an error body never echoes a request body in full:
+    strings to ``MAX_ECHO_CHARS`` characters, objects and lists to ``MAX_ECHO_ITEMS`` entries, three
+    levels deep ("…" marks what was left out)."""
+    if isinstance(value, bytes):
+        value = value[: MAX_ECHO_CHARS * 4].decode("utf-8", "replace")
+    if isinstance(value, str):
+        return value if len(value) <= MAX_ECHO_CHARS else value[:MAX_ECHO_CHARS] + "…"
+    if isinstance(value, dict | list | tuple):
+        if depth >= _ECHO_DEPTH:
+            return "…"
+        if isinstance(value, dict):
+            items = list(value.items())
+            short = {str(k)[:MAX_ECHO_CHARS]: shortened(v, depth + 1) for k, v in items[:MAX_ECHO_ITEMS]}
+            if len(items) > MAX_ECHO_ITEMS:
+                short["…"] = f"{len(items) - MAX_ECHO_ITEMS} more"
+            return short
+        listed = [shortened(v, depth + 1) for v in list(value)[:MAX_ECHO_ITEMS]]
+        if len(value) > MAX_ECHO_ITEMS:
+            listed.append(f"… {len(value) - MAX_ECHO_ITEMS} more")
+        return listed
+    return value
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -54,10 +54,42 @@ class OutboundPolicy:
             return True
         if any(address in network for network in self.allowed_networks):
             return True
-        mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
-        if mapped is not None:
-            return mapped.is_global and not mapped.is_multicast
-        return address.is_global and not address.is_multicast
+        if isinstance(address, ipaddress.IPv6Address):
+            embedded = embedded_ipv4(address)
+            if embedded:
+                # Translators and tunnels deliver to the IPv4 address inside; judge that one.
+                return all(_public(v4) for v4 in embedded)
+        return _public(address)
+
+
+def _public(address: IPAddress) -> bool:
+    return address.is_global and not address.is_multicast
+
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
+_TEREDO = ipaddress.ip_network("2001::/32")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (mapped, compatible, NAT64, 6to4, Teredo); [] if none."""
+    low32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.ipv4_mapped is not None:
+        return [address.ipv4_mapped]
+    if address in _NAT64 or address in _IPV4_COMPATIBLE:
+        # ``::`` and ``::1`` land here too and give 0.0.0.0 / 0.0.0.1: not public, as they should be.
+        return [low32]
+    if address in _NAT64_LOCAL:
+        # RFC 8215 local-use prefix: where the IPv4 address sits depends on the operator; refuse it.
+        return [ipaddress.IPv4Address(0)]
+    if address in _SIX_TO_FOUR and address.sixtofour is not None:
+        return [address.sixtofour]
+    if address in _TEREDO and address.teredo is not None:
+        server, client = address.teredo
+        return [server, client]
+    return []
 
 
 class _GuardedBackend(httpcore.AsyncNetworkBackend):

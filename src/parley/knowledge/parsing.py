@@ -9,7 +9,9 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+from collections.abc import Iterator
 from html.parser import HTMLParser
+from typing import Any
 
 PDF = "application/pdf"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -19,6 +21,14 @@ TEXT = "text/plain"
 
 CHUNK_TARGET = 800
 CHUNK_OVERLAP = 100
+
+# Ingestion caps (docs/security.md): every document type is bounded before and while it is read, so
+# one upload cannot take the server's memory (a 364 KB .docx once expanded to 150 MB and 300,000 chunks).
+MAX_UNCOMPRESSED_BYTES = 25 * 1024 * 1024  # all members of a .docx together, as declared and as read
+MAX_COMPRESSION_RATIO = 100  # per member and overall
+MAX_PDF_PAGES = 1000
+MAX_TEXT_CHARS = 2_000_000  # extracted text, any type
+MAX_CHUNKS = 4000
 
 _EXTENSIONS = {
     ".pdf": PDF,
@@ -42,6 +52,50 @@ class UnsupportedDocument(Exception):
 
 class ExtractionError(Exception):
     """The document has the right type but its text cannot be read; the message is for the user."""
+
+
+class DocumentTooLarge(ExtractionError):
+    """The document is over one of the ingestion caps; the message names the cap."""
+
+
+def _text_too_long() -> DocumentTooLarge:
+    return DocumentTooLarge(
+        f"The document's text is longer than {MAX_TEXT_CHARS:,} characters; split it into smaller documents."
+    )
+
+
+def check_text_length(text: str) -> str:
+    if len(text) > MAX_TEXT_CHARS:
+        raise _text_too_long()
+    return text
+
+
+def check_archive(data: bytes) -> None:
+    """Refuse a ZIP (a .docx) whose members would expand beyond the caps, before reading any of them."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise ExtractionError("The Word document could not be read: the file is damaged.") from exc
+    total = sum(member.file_size for member in members)
+    packed = sum(member.compress_size for member in members)
+    if total > MAX_UNCOMPRESSED_BYTES:
+        raise DocumentTooLarge(
+            f"The Word document expands to {total:,} bytes; at most {MAX_UNCOMPRESSED_BYTES:,} are accepted."
+        )
+    for member in members:
+        if (
+            member.file_size > MAX_COMPRESSION_RATIO * max(member.compress_size, 1)
+            and member.file_size > 1_000_000
+        ):
+            raise DocumentTooLarge(
+                f"The Word document's part {member.filename!r} is compressed more than "
+                f"{MAX_COMPRESSION_RATIO}:1 (a zip bomb?); it is not read."
+            )
+    if total > MAX_COMPRESSION_RATIO * max(packed, 1) and total > 1_000_000:
+        raise DocumentTooLarge(
+            f"The Word document is compressed more than {MAX_COMPRESSION_RATIO}:1 (a zip bomb?); it is not read."
+        )
 
 
 def _extension(filename: str | None) -> str:
@@ -162,7 +216,19 @@ def _pdf_text(data: bytes) -> str:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
             raise ExtractionError("The PDF is password-protected; upload an unprotected copy.")
-        return "\n\n".join(page.extract_text() or "" for page in reader.pages)
+        if len(reader.pages) > MAX_PDF_PAGES:
+            raise DocumentTooLarge(
+                f"The PDF has {len(reader.pages):,} pages; at most {MAX_PDF_PAGES:,} are accepted."
+            )
+        parts: list[str] = []
+        size = 0
+        for page in reader.pages:
+            text = page.extract_text() or ""
+            size += len(text) + 2
+            if size > MAX_TEXT_CHARS:  # stop at the cap rather than collecting the whole text first
+                raise _text_too_long()
+            parts.append(text)
+        return "\n\n".join(parts)
     except ExtractionError:
         raise
     except Exception as exc:  # pypdf raises many types for damaged files
@@ -172,15 +238,27 @@ def _pdf_text(data: bytes) -> str:
 def _docx_text(data: bytes) -> str:
     import docx
 
+    check_archive(data)
     try:
         document = docx.Document(io.BytesIO(data))
     except Exception as exc:  # python-docx raises many types for damaged files
         raise ExtractionError("The Word document could not be read: the file is damaged.") from exc
-    parts = [paragraph.text for paragraph in document.paragraphs]
+    parts: list[str] = []
+    size = 0
+    for text in _docx_parts(document):
+        size += len(text) + 2
+        if size > MAX_TEXT_CHARS:
+            raise _text_too_long()
+        parts.append(text)
+    return "\n\n".join(parts)
+
+
+def _docx_parts(document: Any) -> Iterator[str]:
+    for paragraph in document.paragraphs:
+        yield paragraph.text
     for table in document.tables:
         for row in table.rows:
-            parts.append(" | ".join(cell.text for cell in row.cells))
-    return "\n\n".join(parts)
+            yield " | ".join(cell.text for cell in row.cells)
 
 
 def extract_text(data: bytes, content_type: str) -> str:
@@ -193,8 +271,9 @@ def extract_text(data: bytes, content_type: str) -> str:
         decoded = decode_text(data)
         if decoded is None:
             raise ExtractionError("The file is not text.")
+        check_text_length(decoded)
         text = html_to_text(decoded) if content_type == HTML else decoded
-    text = normalize(text)
+    text = check_text_length(normalize(text))
     if not text:
         raise ExtractionError(
             "The document contains no text (a scanned PDF needs OCR, which Parley does not do)."

@@ -59,7 +59,7 @@ async def create_from_file(
     title: str | None,
 ) -> KnowledgeDocument:
     if not data:
-        raise Unprocessable("The uploaded file is empty.")
+        raise Unprocessable("The uploaded file is empty.", loc=("body", "file"))
     if len(data) > MAX_DOCUMENT_BYTES:
         raise PayloadTooLarge(
             f"The file has {len(data)} bytes; documents may have at most {MAX_DOCUMENT_BYTES} bytes."

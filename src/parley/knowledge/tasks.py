@@ -37,7 +37,7 @@ async def _mark_failed(context: JobContext, document_id: str, reason: str) -> No
 
 async def _read_text(context: JobContext, document: KnowledgeDocument) -> str:
     if document.source == "text":
-        return parsing.normalize(document.text or "")
+        return parsing.check_text_length(parsing.normalize(parsing.check_text_length(document.text or "")))
     if not document.blob_key:
         raise parsing.ExtractionError("The original file is missing.")
     try:
@@ -59,6 +59,11 @@ async def ingest_document(context: JobContext, payload: dict[str, Any]) -> None:
             pieces = parsing.chunk_text(text)
             if not pieces:
                 raise parsing.ExtractionError("The document contains no text.")
+            if len(pieces) > parsing.MAX_CHUNKS:
+                raise parsing.DocumentTooLarge(
+                    f"The document makes {len(pieces):,} chunks; at most {parsing.MAX_CHUNKS:,} are indexed. "
+                    "Split it into smaller documents."
+                )
             await service.delete_chunks(session, document.id)  # a retried job starts clean
             session.add_all(
                 KnowledgeChunk(

@@ -12,6 +12,7 @@ as empty text.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -221,7 +222,7 @@ class FlowEngine:
         node = self.nodes.get(state.current_node or "")
         if state.waiting and isinstance(node, CollectNode):
             state.waiting = False
-            step = self._answer_collect(node, state, turn, text)
+            step = await self._answer_collect(node, state, turn, text)
             if isinstance(step, _Wait):
                 state.waiting = True
             else:
@@ -374,6 +375,10 @@ class FlowEngine:
             self._runtime_signal(state, "template_error", {"error": str(exc)[:300]})
             return ""
 
+    async def _arender(self, text: str, state: ConversationState, extra: dict[str, Any] | None = None) -> str:
+        # In a worker thread: a template within its budget still never holds up the event loop.
+        return await asyncio.to_thread(self._render, text, state, extra) if text else ""
+
     def _render_value(self, value: Any, state: ConversationState) -> Any:
         if isinstance(value, str):
             stripped = value.strip()
@@ -417,7 +422,7 @@ class FlowEngine:
         transfer (the line says it before it dials) and the state records it; otherwise nothing is
         said here and the caller decides what follows."""
         language = str(state.variables.get("language") or self.definition.language)
-        text = self._render(message, state)
+        text = await self._arender(message, state)
         if self.calls is None:
             handover = HandOver("unavailable", reason=NO_LINE)
         else:
@@ -488,7 +493,7 @@ class FlowEngine:
         if outcome.status != "ok" or not action:
             return
         if action.get("action") == "end_session":
-            self._say(turn, state, self._render(str(action.get("message") or ""), state), node_id)
+            self._say(turn, state, await self._arender(str(action.get("message") or ""), state), node_id)
             self._finish_conversation(state, turn, "completed", "ended_by_agent")
             outcome.result = {"action": "end_session", "ended": True}
             return
@@ -511,11 +516,11 @@ class FlowEngine:
 
     async def _step(self, node: Any, state: ConversationState, turn: _Turn) -> Step:
         if isinstance(node, SayNode):
-            self._say(turn, state, self._render(node.text, state), node.id)
+            self._say(turn, state, await self._arender(node.text, state), node.id)
             return node.next
         if isinstance(node, CollectNode):
             state.retries[node.id] = 0
-            self._say(turn, state, self._render(node.prompt, state), node.id)
+            self._say(turn, state, await self._arender(node.prompt, state), node.id)
             return WAIT
         if isinstance(node, ToolNode):
             return await self._tool_node(node, state, turn)
@@ -538,7 +543,7 @@ class FlowEngine:
         if isinstance(node, SetNode):
             return self._set(node, state, turn)
         if isinstance(node, SignalNode):
-            details = {k: self._render_value(v, state) for k, v in node.details.items()}
+            details = await asyncio.to_thread(self._render_value, dict(node.details), state)
             state.signals.append(
                 SignalRecord(
                     type=node.signal_type,
@@ -551,12 +556,14 @@ class FlowEngine:
             turn.result.events.append(AgentEvent("signal", node.id, data={"type": node.signal_type}))
             return node.next
         if isinstance(node, EndNode):
-            self._say(turn, state, self._render(node.text, state), node.id)
+            self._say(turn, state, await self._arender(node.text, state), node.id)
             self._finish_conversation(state, turn, "completed", "flow_completed")
             return None
         raise AssertionError(f"unknown node type {type(node).__name__}")  # pragma: no cover
 
-    def _answer_collect(self, node: CollectNode, state: ConversationState, turn: _Turn, text: str) -> Step:
+    async def _answer_collect(
+        self, node: CollectNode, state: ConversationState, turn: _Turn, text: str
+    ) -> Step:
         value = parse_answer(text, node)
         if value is not None:
             state.variables[node.variable] = value
@@ -565,7 +572,7 @@ class FlowEngine:
         retries = state.retries.get(node.id, 0) + 1
         state.retries[node.id] = retries
         if retries <= node.max_retries:
-            self._say(turn, state, self._render(node.reprompt or node.prompt, state), node.id)
+            self._say(turn, state, await self._arender(node.reprompt or node.prompt, state), node.id)
             return WAIT
         state.retries.pop(node.id, None)
         if node.on_failure:
@@ -640,7 +647,7 @@ class FlowEngine:
         return outcome
 
     async def _tool_node(self, node: ToolNode, state: ConversationState, turn: _Turn) -> Step:
-        arguments = {k: self._render_value(v, state) for k, v in node.arguments.items()}
+        arguments = await asyncio.to_thread(self._render_value, dict(node.arguments), state)
         outcome = await self._call_tool(
             node.tool, arguments, node.id, state, turn, failure_next=node.on_error or node.next
         )
@@ -662,7 +669,7 @@ class FlowEngine:
         return node.on_error or node.next
 
     async def _knowledge_node(self, node: KnowledgeNode, state: ConversationState, turn: _Turn) -> Step:
-        query = self._render(node.query, state) or str(state.variables.get("last_user_message") or "")
+        query = await self._arender(node.query, state) or str(state.variables.get("last_user_message") or "")
         hits: list[dict[str, Any]] = []
         if self.knowledge is not None and query.strip():
             started = time.perf_counter()
@@ -689,7 +696,7 @@ class FlowEngine:
                 answer = (reply.content or "").strip() or answer
             except LlmError as exc:
                 self._runtime_signal(state, "llm_failure", {"node": node.id, "error": str(exc)[:300]})
-        text = self._render(node.answer, state, {"hits": hits, "knowledge_answer": answer})
+        text = await self._arender(node.answer, state, {"hits": hits, "knowledge_answer": answer})
         if not text and not hits:
             text = self.fallback_text(state)
         if node.result_variable:
@@ -761,11 +768,11 @@ class FlowEngine:
         memory = state.llm
         memory.messages.append({"role": "user", "content": user[:4000]})
         memory.messages = self._bounded(memory.messages)
-        system = "\n\n".join(
-            part
-            for part in (self._render(self.definition.prompt, state), self._render(node.system_prompt, state))
-            if part
+        prompts = (
+            await self._arender(self.definition.prompt, state),
+            await self._arender(node.system_prompt, state),
         )
+        system = "\n\n".join(part for part in prompts if part)
         specs = await self.tools.describe(node.tools) if node.tools else []
         by_name = {spec.name: spec for spec in specs}
         functions = [

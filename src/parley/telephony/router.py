@@ -331,7 +331,11 @@ _FORM = "application/x-www-form-urlencoded"
     response_class=Response,
     responses={
         200: {"content": {"application/xml": {"schema": {"type": "string"}}}, "description": TWIML_DOC},
-        403: {"model": ErrorBody, "description": "The X-Twilio-Signature is missing or does not match."},
+        403: {
+            "model": ErrorBody,
+            "description": "The X-Twilio-Signature is missing or does not match, or CallSid, AccountSid, "
+            "From or To is missing, repeated or not in Twilio's format.",
+        },
         415: {"model": ErrorBody, "description": "The body is not form-encoded."},
     },
     openapi_extra={

@@ -7,6 +7,7 @@ whatever it had started.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
@@ -303,7 +304,9 @@ def _patch(data: BaseModel, *required: str) -> dict[str, Any]:
     changes = data.model_dump(exclude_unset=True)
     for field in required:
         if field in changes and changes[field] is None:
-            raise Unprocessable(f"{field} cannot be null; send an empty value or leave it out.")
+            raise Unprocessable(
+                f"{field} cannot be null; send an empty value or leave it out.", loc=("body", field)
+            )
     return changes
 
 
@@ -496,6 +499,32 @@ def _first(params: list[tuple[str, str]], key: str) -> str:
     return next((value for name, value in params if name == key), "")
 
 
+# Twilio signs the URL and the concatenated names and values, without separators: a body can be
+# re-split (fields merged into CallSid) under the same signature. Strict shapes make that impossible.
+_TWILIO_FIELDS = {
+    "CallSid": (re.compile(r"^CA[0-9a-fA-F]{32}$"), "CA followed by 32 hexadecimal digits"),
+    "AccountSid": (re.compile(r"^AC[0-9a-fA-F]{32}$"), "AC followed by 32 hexadecimal digits"),
+    "From": (re.compile(r"^[A-Za-z0-9+][A-Za-z0-9:@._+-]{0,127}$"), "a phone number or client address"),
+    "To": (re.compile(r"^[A-Za-z0-9+][A-Za-z0-9:@._+-]{0,127}$"), "a phone number or client address"),
+}
+# Twilio signs no timestamp (and its I-Twilio-Idempotency-Token header is not signed), so a replay is
+# recognised by its CallSid: after this long, a repeated CallSid gets no new media stream token.
+TWILIO_REPLAY_WINDOW_SECONDS = 300
+
+
+def check_twilio_form(params: list[tuple[str, str]]) -> None:
+    """Refuse a voice webhook whose form lacks a field Twilio always sends or has it in the wrong shape."""
+    for name, (pattern, shape) in _TWILIO_FIELDS.items():
+        values = [value for key, value in params if key == name]
+        # 403 like a bad signature: whatever this is, Twilio did not send it.
+        if len(values) != 1:
+            raise Forbidden(
+                f"This is not a Twilio voice webhook: it must have exactly one {name} field, it has {len(values)}."
+            )
+        if not pattern.match(values[0]):
+            raise Forbidden(f"This is not a Twilio voice webhook: its {name} field is not {shape}.")
+
+
 def _normalized(number: str) -> str | None:
     try:
         return check_e164(number)
@@ -515,6 +544,7 @@ async def answer_twilio_call(
     The signature is checked with the auth token of the Twilio account the number belongs to (or, for
     a number Parley does not know, of the account named in ``AccountSid``). Forged or unsigned: 403.
     """
+    check_twilio_form(params)
     if not signature:
         raise Forbidden("The request carries no X-Twilio-Signature header.")
     called = _normalized(_first(params, "To"))
@@ -534,9 +564,7 @@ async def answer_twilio_call(
     if number is None:
         return twiml_say_hangup(UNKNOWN_NUMBER_MESSAGE), organization_id, None
 
-    call_sid = _first(params, "CallSid")[:64]
-    if not call_sid:
-        return twiml_say_hangup(UNAVAILABLE_MESSAGE), organization_id, None
+    call_sid = _first(params, "CallSid")
     # Twilio retries a webhook with the same CallSid: the call is processed once and its session reused.
     seen = await session.get(TwilioCall, call_sid)
     receipt: TwilioCall | None = None
@@ -552,6 +580,11 @@ async def answer_twilio_call(
             seen = await session.get(TwilioCall, call_sid)
     if receipt is None:
         if seen is None or seen.organization_id != organization_id or not seen.session_id:
+            return twiml_say_hangup(UNAVAILABLE_MESSAGE), organization_id, None
+        age = (utcnow() - seen.created_at).total_seconds()
+        if age > TWILIO_REPLAY_WINDOW_SECONDS:
+            # A replay of an old, validly signed webhook: no new session, and no token for the old one.
+            log.warning("twilio_webhook_replay_refused", age_seconds=round(age))
             return twiml_say_hangup(UNAVAILABLE_MESSAGE), organization_id, None
         session_id = seen.session_id
     else:

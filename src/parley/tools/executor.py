@@ -221,9 +221,15 @@ def _render_json(value: Any, context: dict[str, Any]) -> Any:
 
 
 def _url_safe(value: Any) -> Any:
-    # Arguments placed into a URL are percent-encoded, so "../admin" cannot change the path.
+    # Arguments placed into a URL are percent-encoded, so "../admin" cannot change the path; nested
+    # values (``args.address.street``) are encoded leaf by leaf.
+    if isinstance(value, dict):
+        return {k: _url_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_url_safe(v) for v in value]
     if isinstance(value, str | int | float) and not isinstance(value, bool):
-        return quote(str(value), safe="")
+        # Dots too: a bare ".." segment would otherwise climb out of the path when the URL is normalised.
+        return quote(str(value), safe="").replace(".", "%2E")
     return value
 
 
@@ -233,11 +239,12 @@ def _header_value(name: str, value: str) -> str:
     return value
 
 
-async def _run_http(
+def _render_request(
     settings: Settings, tool: Tool, config: HttpToolConfig, arguments: dict[str, Any]
-) -> ToolResult:
+) -> tuple[str, dict[str, Any]]:
     context = {**arguments, "args": arguments}
-    url_context = {**{k: _url_safe(v) for k, v in arguments.items()}, "args": arguments}
+    safe_arguments = _url_safe(arguments)
+    url_context = {**safe_arguments, "args": safe_arguments}
     with_secrets = {**context, "secrets": _secrets(settings, tool)}
     url = _render(config.url, url_context, "url").strip()
     if not url.lower().startswith(("http://", "https://")):
@@ -254,6 +261,14 @@ async def _run_http(
     request: dict[str, Any] = {"headers": headers}
     if config.body is not None and config.method != "GET":
         request["json"] = _render_json(config.body, context)
+    return url, request
+
+
+async def _run_http(
+    settings: Settings, tool: Tool, config: HttpToolConfig, arguments: dict[str, Any]
+) -> ToolResult:
+    # Templates render in a worker thread (each within its budget), never on the event loop.
+    url, request = await asyncio.to_thread(_render_request, settings, tool, config, arguments)
     policy = OutboundPolicy.from_entries(settings.outbound_allowlist)
     result = await _call(policy, config.method, url, config.timeout_seconds, request)
     if config.response_mapping and result.status == "ok" and isinstance(result.result, dict | list):
@@ -345,7 +360,8 @@ async def _run_order_lookup(
         # The operator's own connector is trusted even on a private address; nothing else is.
         entries.append(_origin(settings.connector_url)[1])
     order_id = str(arguments["order_id"]).strip()
-    headers = {"Accept": "application/json"}
+    # The connector counts failed keys per organization too, so one tenant cannot lock out the others.
+    headers = {"Accept": "application/json", "X-Parley-Organization": tool.organization_id}
     api_key = _secrets(settings, tool).get("api_key")
     if api_key:
         headers["X-API-Key"] = _header_value("X-API-Key", api_key)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from parley.flows.definition import check_e164_target
 from parley.kit.schemas import StrictModel
-from parley.kit.templates import template_problems
+from parley.kit.templates import template_check_scope, template_problems
 
 ToolType = Literal["http", "order_lookup", "knowledge_search", "end_session", "transfer"]
 ToolName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["order_lookup"])]
@@ -146,7 +146,8 @@ def parse_config(
 ) -> StrictModel:
     """Validate ``config`` for ``tool_type``; problems are 422s located under ``loc``."""
     try:
-        return CONFIG_MODELS[tool_type].model_validate(config)
+        with template_check_scope():  # the config's templates share one checking budget
+            return CONFIG_MODELS[tool_type].model_validate(config)
     except ValidationError as exc:
         errors = []
         for error in exc.errors(include_url=False):

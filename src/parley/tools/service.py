@@ -3,6 +3,7 @@ from flows kept intact (a tool a flow draft uses cannot be renamed or deleted)."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -89,7 +90,8 @@ def _set_secrets(settings: Settings, tool: Tool, changes: dict[str, str | None])
 async def create_tool(
     session: AsyncSession, settings: Settings, context: OrgContext, data: ToolCreate
 ) -> Tool:
-    config = parse_config(data.type, data.config)
+    # Off the event loop: checking the config trial-renders its templates (within a budget).
+    config = await asyncio.to_thread(parse_config, data.type, data.config)
     require_secrets(data.type, set(data.secrets))
     if await _name_taken(session, context.organization_id, data.name, None):
         raise Conflict(
@@ -151,7 +153,7 @@ async def update_tool(
     if "description" in changes:
         tool.description = data.description
     if data.config is not None:
-        tool.config = parse_config(tool.type, data.config).model_dump(mode="json")
+        tool.config = (await asyncio.to_thread(parse_config, tool.type, data.config)).model_dump(mode="json")
     if data.secrets is not None:
         _set_secrets(settings, tool, dict(data.secrets))
     require_secrets(tool.type, set(tool.secrets))
