@@ -11,7 +11,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
-from fastapi.exceptions import RequestValidationError
 from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -19,7 +18,7 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretBox, SecretDecryptionError, mask
 from parley.kit.db import after_commit, utcnow
-from parley.kit.errors import Conflict
+from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.outbound import OutboundPolicy
@@ -55,8 +54,8 @@ DEFAULT_PORTS = {"starttls": 587, "ssl": 465, "none": 25}
 FINAL = frozenset({"delivered", "failed"})
 
 
-def _invalid(field: str, message: str, kind: str = "value_error") -> RequestValidationError:
-    return RequestValidationError([{"type": kind, "loc": ("body", field), "msg": message, "input": None}])
+def _invalid(field: str, message: str, kind: str = "value_error") -> InvalidFields:
+    return InvalidFields([{"type": kind, "loc": ("body", field), "msg": message, "input": None}])
 
 
 def policy_of(settings: Settings) -> OutboundPolicy:

@@ -4,9 +4,9 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import jsonschema
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from parley.kit.errors import InvalidFields
 from parley.kit.schemas import StrictModel
 from parley.kit.templates import template_problems
 
@@ -150,13 +150,13 @@ def parse_config(
             item = dict(error)
             item["loc"] = (*loc, *error["loc"])
             errors.append(item)
-        raise RequestValidationError(errors) from exc
+        raise InvalidFields(errors) from exc
 
 
 def require_secrets(tool_type: str, names: set[str]) -> None:
     missing = [n for n in REQUIRED_SECRETS.get(tool_type, ()) if n not in names]
     if missing:
-        raise RequestValidationError(
+        raise InvalidFields(
             [
                 {
                     "type": "missing",
