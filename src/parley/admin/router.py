@@ -2,18 +2,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from sqlalchemy import func, select
 
 from parley.admin.schemas import AdminOrganizationOut
+from parley.audit.dependencies import describe
 from parley.auth.dependencies import PlatformAdmin
 from parley.auth.models import Membership, Organization
 from parley.kit.db import DbSession
+from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.organizations import service as organizations
 from parley.organizations.schemas import MemberOut
+from parley.telephony import sync
+from parley.telephony.schemas import SyncReport
 
 router = APIRouter(prefix="/api/admin", tags=["Admin"])
+# Included after telephony's own routes (parley.app) so the API document keeps its order.
+telephony_router = APIRouter(prefix="/api/admin", tags=["Admin"])
 
 OrgId = Annotated[str, Path(alias="orgId", max_length=40)]
 
@@ -58,3 +64,32 @@ async def list_organization_users(
     """The members of any organization with their roles (platform admins only)."""
     await organizations.get_organization(session, org_id)
     return await organizations.list_members(session, org_id)
+
+
+@telephony_router.post(
+    "/organizations/{orgId}/telephony/sync",
+    summary="Sync Admin",
+    responses=documented(409),
+    response_model=SyncReport,
+)
+async def sync_admin(
+    request: Request, session: DbSession, _admin: PlatformAdmin, org_id: OrgId
+) -> SyncReport:
+    """Reconcile the organization's trunks, numbers and dispatch rules with its providers (platform admins).
+
+    Creates what is missing at the provider, updates what drifted, and reports — never deletes — what
+    exists only there. Idempotent: a second run reports everything unchanged. Provider failures are
+    listed under ``errors``. 409 while another sync of the same organization runs (in any process).
+    """
+    await organizations.get_organization(session, org_id)
+    report = await sync.sync_organization(session, request.app.state.settings, org_id)
+    describe(
+        request,
+        "telephony_sync",
+        org_id,
+        created=len(report.created),
+        updated=len(report.updated),
+        orphaned=len(report.orphaned),
+        errors=len(report.errors),
+    )
+    return report

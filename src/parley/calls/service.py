@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +25,8 @@ from parley.calls.contracts import (
     UsageRecord,
 )
 from parley.calls.models import Call
-from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut
+from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
+from parley.config import Settings
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.jobs import JobQueue
@@ -32,6 +34,10 @@ from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
 
 log = structlog.get_logger("parley.calls")
+
+# Places an outbound phone call (POST /api/calls/outbound). Telephony implements it and the app hands
+# it over at start-up (``app.state.outbound_dialer``): calls never import telephony, which builds on them.
+Dialer = Callable[[AsyncSession, Settings, OrgContext, OutboundCallIn], Awaitable[OutboundCallOut]]
 
 # Recording names are looked up in the calls table, never joined onto a path.
 RECORDING_FILENAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9_.-]{1,196}\.wav$")

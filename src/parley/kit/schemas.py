@@ -1,8 +1,11 @@
-"""Schema bases every domain shares."""
+"""Schema bases and field types every domain shares."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 
 class StrictModel(BaseModel):
@@ -14,3 +17,22 @@ class StrictModel(BaseModel):
 class DeletedOut(BaseModel):
     id: str
     deleted: bool = True
+
+
+# Phone numbers as telephony and the calls API take them: spaces, dots, dashes and brackets are dropped.
+_E164 = re.compile(r"^\+[1-9][0-9]{1,14}$")
+
+
+def check_e164(value: str) -> str:
+    compact = re.sub(r"[\s().-]", "", value)
+    if not _E164.fullmatch(compact):
+        raise ValueError(
+            f"{value!r} is not a phone number in E.164 format: a '+', the country code and the number, "
+            "up to 15 digits, e.g. +4930123456"
+        )
+    return compact
+
+
+E164 = Annotated[
+    str, Field(min_length=3, max_length=25, examples=["+4930123456"]), AfterValidator(check_e164)
+]

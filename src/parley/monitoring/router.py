@@ -10,8 +10,24 @@ from parley.calls.schemas import CallSummaryOut
 from parley.kit.db import DbSession
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.tenancy import scoped
+from parley.sessions import service as sessions
+from parley.sessions.models import ConversationSession
+from parley.sessions.schemas import LiveSessionOut
 
 router = APIRouter(prefix="/api/monitoring", tags=["Monitoring"])
+# Included before the calls' routes (parley.app) so the API document keeps its order.
+live_router = APIRouter(prefix="/api/monitoring", tags=["Monitoring"])
+
+
+@live_router.get("/sessions/live", summary="List Live Sessions", response_model=Page[LiveSessionOut])
+async def list_live_sessions(
+    session: DbSession, context: OrgReader, page: Pagination
+) -> Page[LiveSessionOut]:
+    """The organization's sessions that have not ended yet, newest first."""
+    rows, cursor = await paginate(
+        session, sessions.live_query(context.organization_id), ConversationSession.id, page
+    )
+    return Page[LiveSessionOut](items=[sessions.to_live(r) for r in rows], next_cursor=cursor)
 
 
 @router.get("/calls/history", summary="List Monitoring Calls History", response_model=Page[CallSummaryOut])

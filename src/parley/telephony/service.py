@@ -22,6 +22,7 @@ from parley.audit.service import RequestFacts
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
 from parley.auth.stream_tokens import issue_stream_token
+from parley.calls.schemas import OutboundCallIn, OutboundCallOut
 from parley.channels import routing
 from parley.config import Settings
 from parley.flows.models import Flow
@@ -30,6 +31,7 @@ from parley.kit.db import before_commit, utcnow
 from parley.kit.errors import Conflict, Forbidden, NotFound, ParleyError, Unprocessable, UpstreamError
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy
+from parley.kit.schemas import check_e164
 from parley.kit.tenancy import get_owned, scoped
 from parley.providers.catalog import PROVIDERS, LiveKitConfig, TwilioConfig
 from parley.providers.models import ProviderConfig
@@ -44,15 +46,12 @@ from parley.telephony.schemas import (
     DispatchRuleCreate,
     DispatchRuleOut,
     DispatchRuleUpdate,
-    OutboundCallIn,
-    OutboundCallOut,
     PhoneNumberCreate,
     PhoneNumberOut,
     PhoneNumberUpdate,
     TrunkCreate,
     TrunkOut,
     TrunkUpdate,
-    check_e164,
     check_rule_shape,
     check_trunk_shape,
 )

@@ -430,3 +430,24 @@ async def execute(plan: SyncPlan) -> SyncReport:
     await _sync_livekit(plan, report)
     await _sync_twilio(plan, report)
     return report.report
+
+
+async def sync_organization(session: AsyncSession, settings: Settings, organization_id: str) -> SyncReport:
+    """The whole sync of one organization: lease, plan, talk to the providers, record, release.
+
+    The lease must be visible to other processes while the sync talks to the providers, and no
+    transaction may stay open meanwhile (SQLite has one writer): commit, then talk, then write the
+    results (provider ids, synced_at) and release the lease in the caller's closing transaction.
+    """
+    holder = await acquire_lease(session, settings, organization_id)
+    plan = await prepare(session, settings, organization_id)
+    await session.commit()
+    try:
+        report = await execute(plan)
+    except BaseException:
+        await session.rollback()
+        await release_lease(session, organization_id, holder)
+        await session.commit()
+        raise
+    await release_lease(session, organization_id, holder)
+    return report
