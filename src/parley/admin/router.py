@@ -3,12 +3,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
-from sqlalchemy import func, select
 
+from parley.admin import service
 from parley.admin.schemas import AdminOrganizationOut
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import PlatformAdmin
-from parley.auth.models import Membership, Organization
+from parley.auth.models import Organization
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
@@ -32,20 +32,8 @@ async def list_all_organizations(
     q: Annotated[str | None, Query(max_length=200, description="Filter by name or slug.")] = None,
 ) -> Page[AdminOrganizationOut]:
     """Every organization on the platform (platform admins only)."""
-    stmt = select(Organization)
-    if q:
-        pattern = f"%{q.lower()}%"
-        stmt = stmt.where(func.lower(Organization.name).like(pattern) | Organization.slug.like(pattern))
-    orgs, cursor = await paginate(session, stmt, Organization.id, page)
-    counts = dict(
-        (
-            await session.execute(
-                select(Membership.organization_id, func.count())
-                .where(Membership.organization_id.in_([o.id for o in orgs]))
-                .group_by(Membership.organization_id)
-            )
-        ).all()
-    )
+    orgs, cursor = await paginate(session, service.organizations_query(q), Organization.id, page)
+    counts = await service.member_counts(session, orgs)
     items = [
         AdminOrganizationOut(
             id=o.id, name=o.name, slug=o.slug, member_count=int(counts.get(o.id, 0)), created_at=o.created_at

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_core import to_jsonable_python
+from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
@@ -24,6 +25,7 @@ from parley.brain.schemas import SignalUpdate
 from parley.calls.contracts import CallRecordIn
 from parley.kit.db import after_commit, utcnow
 from parley.kit.errors import Conflict
+from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.tenancy import get_owned, scoped
@@ -59,6 +61,37 @@ async def update_signal(
         signal.note = data.note
     await session.flush()
     return signal
+
+
+@dataclass(frozen=True)
+class SignalFilters:
+    type: str | None = None
+    severity: str | None = None
+    status: str | None = None
+    call_id: str | None = None
+    flow_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def signals_query(organization_id: str, filters: SignalFilters) -> Select[BrainSignal]:
+    """The organization's signals matching ``filters``; ``since``/``until`` apply to when they were stored."""
+    stmt = scoped(BrainSignal, organization_id)
+    if (value := text_filter(filters.type, "type")) is not None:
+        stmt = stmt.where(BrainSignal.type == value)
+    if filters.severity is not None:
+        stmt = stmt.where(BrainSignal.severity == filters.severity)
+    if filters.status is not None:
+        stmt = stmt.where(BrainSignal.status == filters.status)
+    if (value := text_filter(filters.call_id, "call_id")) is not None:
+        stmt = stmt.where(BrainSignal.call_id == value)
+    if (value := text_filter(filters.flow_id, "flow_id")) is not None:
+        stmt = stmt.where(BrainSignal.flow_id == value)
+    if (start := as_utc(filters.since, "since")) is not None:
+        stmt = stmt.where(BrainSignal.created_at >= start)
+    if (end := as_utc(filters.until, "until")) is not None:
+        stmt = stmt.where(BrainSignal.created_at < end)
+    return stmt
 
 
 # --- raising ----------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, documented
 from parley.kit.pagination import Page, Pagination, paginate
-from parley.kit.tenancy import scoped
 
 router = APIRouter(prefix="/api/calls", tags=["Calls"])
 # Included after telephony's routes (parley.app) so the API document keeps its order.
@@ -42,7 +41,7 @@ async def list_calls(
     session: DbSession, context: OrgReader, page: Pagination, filters: CallFilter
 ) -> Page[CallSummaryOut]:
     """The organization's call records, newest first (by start time)."""
-    stmt = filters.apply(scoped(Call, context.organization_id), context.organization_id)
+    stmt = service.calls_query(context.organization_id, filters)
     rows, cursor = await paginate(session, stmt, Call.id, page)
     return Page[CallSummaryOut](items=[service.to_summary(c) for c in rows], next_cursor=cursor)
 

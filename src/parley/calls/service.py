@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 from pydantic_core import to_jsonable_python
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 
@@ -24,6 +24,7 @@ from parley.calls.contracts import (
     TurnRecord,
     UsageRecord,
 )
+from parley.calls.filters import CallFilters
 from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
 from parley.config import Settings
@@ -286,3 +287,8 @@ async def open_recording(
         "recording",
         {"Content-Disposition": f'attachment; filename="{filename}"'},
     )
+
+
+def calls_query(organization_id: str, filters: CallFilters) -> Select[Call]:
+    """The organization's calls matching the list filters (``CallFilter`` of the routers)."""
+    return filters.apply(scoped(Call, organization_id), organization_id)

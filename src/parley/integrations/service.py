@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import httpx
 import structlog
-from sqlalchemy import CursorResult, delete, select, update
+from sqlalchemy import CursorResult, Select, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit import service as audit
@@ -813,3 +813,7 @@ async def refresh_expiring(db: Database, settings: Settings) -> tuple[int, int]:
             continue
         refreshed += int(token.refreshed)
     return refreshed, failed
+
+
+def connections_query(organization_id: str) -> Select[IntegrationConnection]:
+    return scoped(IntegrationConnection, organization_id)

@@ -15,7 +15,6 @@ from parley.kit.errors import PayloadTooLarge, documented
 from parley.kit.jobs import runner_for
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut, StrictModel
-from parley.kit.tenancy import scoped
 from parley.knowledge import service
 from parley.knowledge import tasks as _tasks  # noqa: F401  (registers the ingestion job)
 from parley.knowledge.models import KnowledgeDocument
@@ -171,9 +170,7 @@ async def list_knowledge_documents(
     page: Pagination,
     status: Annotated[DocumentStatusName | None, Query(description="Only documents in this state.")] = None,
 ) -> Page[KnowledgeDocumentOut]:
-    stmt = scoped(KnowledgeDocument, context.organization_id)
-    if status is not None:
-        stmt = stmt.where(KnowledgeDocument.status == status)
+    stmt = service.documents_query(context.organization_id, status)
     rows, cursor = await paginate(session, stmt, KnowledgeDocument.id, page)
     return Page[KnowledgeDocumentOut](items=[service.to_out(d) for d in rows], next_cursor=cursor)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import structlog
-from sqlalchemy import delete, select
+from sqlalchemy import Select, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
@@ -12,7 +12,7 @@ from parley.kit.db import after_commit
 from parley.kit.errors import PayloadTooLarge, ServiceUnavailable, Unprocessable, UnsupportedMediaType
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
-from parley.kit.tenancy import get_owned
+from parley.kit.tenancy import get_owned, scoped
 from parley.knowledge import parsing, repository
 from parley.knowledge.models import DocumentStatus, KnowledgeChunk, KnowledgeDocument
 from parley.knowledge.schemas import KnowledgeDocumentOut, SearchHit
@@ -184,3 +184,10 @@ async def pending_document_ids(session: AsyncSession) -> list[str]:
         .order_by(KnowledgeDocument.id)
     )
     return list(rows)
+
+
+def documents_query(organization_id: str, status: str | None = None) -> Select[KnowledgeDocument]:
+    stmt = scoped(KnowledgeDocument, organization_id)
+    if status is not None:
+        stmt = stmt.where(KnowledgeDocument.status == status)
+    return stmt

@@ -9,7 +9,6 @@ from parley.calls.models import Call
 from parley.calls.schemas import CallSummaryOut
 from parley.kit.db import DbSession
 from parley.kit.pagination import Page, Pagination, paginate
-from parley.kit.tenancy import scoped
 from parley.sessions import service as sessions
 from parley.sessions.models import ConversationSession
 from parley.sessions.schemas import LiveSessionOut
@@ -37,6 +36,6 @@ async def list_monitoring_calls_history(
     """Ended calls, newest first: flow, channel, caller, start, duration, outcome, signal types, turn
     count and mean voice latency. Filter by time range (`since`/`until` on the start), flow, channel,
     outcome, caller and signals."""
-    stmt = filters.apply(scoped(Call, context.organization_id), context.organization_id)
+    stmt = service.calls_query(context.organization_id, filters)
     rows, cursor = await paginate(session, stmt, Call.id, page)
     return Page[CallSummaryOut](items=[service.to_summary(c) for c in rows], next_cursor=cursor)

@@ -15,7 +15,7 @@ from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, UnsupportedMediaType, documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
-from parley.kit.tenancy import get_owned, scoped
+from parley.kit.tenancy import get_owned
 from parley.telephony import service
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk
 from parley.telephony.schemas import (
@@ -138,7 +138,7 @@ async def create_trunk(
 async def list_trunks(
     request: Request, session: DbSession, context: OrgReader, page: Pagination
 ) -> Page[TrunkOut]:
-    rows, cursor = await paginate(session, scoped(SipTrunk, context.organization_id), SipTrunk.id, page)
+    rows, cursor = await paginate(session, service.trunks_query(context.organization_id), SipTrunk.id, page)
     settings = request.app.state.settings
     return Page[TrunkOut](items=[service.trunk_out(settings, r) for r in rows], next_cursor=cursor)
 
@@ -213,7 +213,7 @@ async def list_dispatch_rules(
     session: DbSession, context: OrgReader, page: Pagination
 ) -> Page[DispatchRuleOut]:
     rows, cursor = await paginate(
-        session, scoped(DispatchRule, context.organization_id), DispatchRule.id, page
+        session, service.rules_query(context.organization_id), DispatchRule.id, page
     )
     return Page[DispatchRuleOut](items=[service.rule_out(r) for r in rows], next_cursor=cursor)
 

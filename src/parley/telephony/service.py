@@ -728,3 +728,11 @@ async def place_outbound_call(
         from_number=data.from_number,
         status="dialing",
     )
+
+
+def trunks_query(organization_id: str) -> Select[SipTrunk]:
+    return scoped(SipTrunk, organization_id)
+
+
+def rules_query(organization_id: str) -> Select[DispatchRule]:
+    return scoped(DispatchRule, organization_id)
