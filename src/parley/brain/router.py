@@ -9,12 +9,12 @@ from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.brain import service
 from parley.brain.models import BrainSignal
 from parley.brain.schemas import SignalOut, SignalStatus, SignalUpdate
-from parley.calls.contracts import Severity
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.filters import Since, Until
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.schemas import Severity
 
 router = APIRouter(prefix="/api/brain", tags=["Brain"])
 

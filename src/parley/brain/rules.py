@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from parley.calls.contracts import CallRecordIn, Severity, ToolCallRecord
+from parley.calls.contracts import CallRecordIn, ToolCallRecord
+from parley.kit.schemas import Severity
 
 LONG_SILENCE_SECONDS = 20.0
 

@@ -1,4 +1,4 @@
-"""What other packages exchange with ``calls``: data shapes only, no behaviour, nothing of parley imported.
+"""What other packages exchange with ``calls``: data shapes only, no behaviour, nothing above kit imported.
 
 The runtime (``parley.sessions``) fills a :class:`CallRecordIn` and calls
 ``parley.calls.service.record_call(session, record)`` inside the transaction that ends the session;
@@ -15,11 +15,11 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.kit.schemas import Severity
+
 Channel = Literal["web", "phone", "whatsapp", "test"]
 Direction = Literal["inbound", "outbound"]
 Outcome = Literal["completed", "transferred", "abandoned", "failed"]
-# The same scale as a flow's signal node (parley.flows.definition.SignalNode).
-Severity = Literal["info", "low", "medium", "high", "critical"]
 
 
 class TurnRecord(BaseModel):

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+# How serious a brain signal is: the scale of a flow's signal node (parley.flows.definition.SignalNode),
+# of the built-in rules and of notification rules' minimum.
+Severity = Literal["info", "low", "medium", "high", "critical"]
 
 
 class StrictModel(BaseModel):

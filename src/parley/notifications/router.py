@@ -6,14 +6,13 @@ from fastapi import APIRouter, Path, Query, Request
 
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
-from parley.calls.contracts import Severity
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.filters import Since, Until
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.responses import JSONBytesResponse
-from parley.kit.schemas import DeletedOut
+from parley.kit.schemas import DeletedOut, Severity
 from parley.kit.tenancy import get_owned
 from parley.notifications import jobs as _jobs  # noqa: F401  (registers the delivery job)
 from parley.notifications import service
