@@ -3,7 +3,7 @@
 ``calls`` hands each stored call over (:func:`signals_of` before the row is written, :func:`raise_signals`
 after); the brain runs its rules (:mod:`parley.brain.rules`), writes the signals, hands them to
 notifications, and queues the LLM sentiment classifier (:mod:`parley.brain.tasks`). The brain reads a
-stored call only through :class:`parley.calls.contracts.SignalledCalls`, never calls' rows or services.
+stored call only through :class:`parley.brain.contracts.SignalledCalls`, never calls' rows or services.
 People work the signals through open → acknowledged → resolved.
 """
 
@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
 from parley.brain import rules, sentiment
+from parley.brain.contracts import FinishedConversation
 from parley.brain.models import BrainSignal
 from parley.brain.schemas import SignalUpdate
-from parley.calls.contracts import CallRecordIn
 from parley.kit.db import after_commit, utcnow
 from parley.kit.errors import Conflict
 from parley.kit.filters import as_utc, text_filter
@@ -112,11 +112,11 @@ def _aware(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def signals_of(record: CallRecordIn) -> list[Raised]:
+def signals_of(record: FinishedConversation) -> list[Raised]:
     """The record's own signals, then what the built-in rules find in it (stamped with the end)."""
     ended = _aware(record.ended_at)
     raised = [
-        Raised(s.type, s.severity, s.source, s.model_dump(mode="json")["details"], _aware(s.at))
+        Raised(s.type, s.severity, s.source, to_jsonable_python(s.details), _aware(s.at))
         for s in record.signals
     ]
     raised += [

@@ -3,17 +3,15 @@
 The runtime (``parley.sessions``) fills a :class:`CallRecordIn` and calls
 ``parley.calls.service.record_call(session, record)`` inside the transaction that ends the session;
 the call record, its transcript, tool calls, metrics, usage and brain signals are written with it.
-The brain judges the record and reads a stored call back only through :class:`SignalledCalls`.
+The brain judges the record as a :class:`parley.brain.contracts.FinishedConversation`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.kit.schemas import Severity
 
@@ -105,22 +103,3 @@ class CallRecordIn(BaseModel):
     variables: dict[str, Any] = Field(default_factory=dict)
     recording_filename: str | None = None
     transferred_to: str | None = None
-
-
-@dataclass(frozen=True)
-class CallFacts:
-    """What the brain's background jobs read of a stored call."""
-
-    id: str
-    organization_id: str
-    flow_id: str | None
-    ended_at: datetime
-    transcript: list[dict[str, Any]]
-
-
-class SignalledCalls(Protocol):
-    """The calls a background job of the brain may read and mark as signalled (calls implements it)."""
-
-    async def facts(self, session: AsyncSession, call_id: str) -> CallFacts | None: ...
-
-    async def note_signal(self, session: AsyncSession, call_id: str, signal_type: str) -> None: ...

@@ -16,8 +16,8 @@ from ulid import ULID
 
 from parley.auth.principal import OrgContext
 from parley.brain import service as brain
+from parley.brain.contracts import CallFacts
 from parley.calls.contracts import (
-    CallFacts,
     CallRecordIn,
     ToolCallRecord,
     TurnMetrics,
@@ -137,7 +137,7 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
 
 
 class CallsForTheBrain:
-    """What the brain's jobs may read of a call and mark on it (:class:`parley.calls.contracts.SignalledCalls`)."""
+    """What the brain's jobs may read of a call and mark on it (:class:`parley.brain.contracts.SignalledCalls`)."""
 
     async def facts(self, session: AsyncSession, call_id: str) -> CallFacts | None:
         call = await session.scalar(select(Call).where(Call.id == call_id))
