@@ -25,6 +25,7 @@ run: $(STAMP)
 lint: $(STAMP_TEST)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports  # the import rules of docs/architecture.md ([tool.importlinter] in pyproject.toml)
 
 typecheck: $(STAMP_TEST)
 	$(BIN)/mypy

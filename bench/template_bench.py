@@ -17,7 +17,7 @@ from jinja2 import ChainableUndefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from parley.demo.flows import ORDER_STATUS_FLOW
-from parley.flows.templates import render_template
+from parley.kit.templates import render_template
 
 VARIABLES: dict[str, Any] = {
     "language": "de",

@@ -10,6 +10,7 @@ from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 
 from parley.admin.router import router as admin_router
+from parley.admin.router import telephony_router as telephony_admin_router
 from parley.api_keys.router import router as api_keys_router
 from parley.assets.router import router as assets_router
 from parley.assets.router import uploads_router
@@ -21,6 +22,7 @@ from parley.auth.service import KnownUsers
 from parley.auth.tokens import TokenVerifier
 from parley.billing.router import router as billing_router
 from parley.brain.router import router as brain_router
+from parley.calls.router import outbound_router as outbound_calls_router
 from parley.calls.router import router as calls_router
 from parley.channels.router import router as channels_router
 from parley.config import Settings, prepare_settings
@@ -41,6 +43,7 @@ from parley.kit.tracing import install_tracing, instrument_engine, shutdown_trac
 from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
 from parley.llm.router import router as llm_router
+from parley.monitoring.router import live_router as live_sessions_router
 from parley.monitoring.router import router as monitoring_router
 from parley.notifications.router import router as notifications_router
 from parley.openapi import install_openapi
@@ -49,18 +52,17 @@ from parley.playground.router import router as playground_router
 from parley.providers.router import router as providers_router
 from parley.reporting.router import router as reporting_router
 from parley.sessions.registry import registry_from_settings
-from parley.sessions.router import monitoring_router as live_sessions_router
 from parley.sessions.router import router as sessions_router
 from parley.sessions.router import voice_router as session_voice_router
+from parley.sessions.service import use_phone_lines
 from parley.sessions.tasks import IdleSweeper
 from parley.system.router import router as system_router
-from parley.telephony.router import admin_router as telephony_admin_router
-from parley.telephony.router import calls_router as outbound_calls_router
+from parley.telephony.handover import PhoneLine
 from parley.telephony.router import router as telephony_router
+from parley.telephony.service import place_outbound_call
 from parley.tools.router import router as tools_router
 from parley.voice.router import router as inference_router
-from parley.voice.transport_twilio import router as twilio_media_router
-from parley.voice.transport_ws import router as session_audio_router
+from parley.voice.transport_ws import session_audio_socket
 from parley.worker import load_tasks
 
 DESCRIPTION = (
@@ -95,11 +97,9 @@ ROUTERS = (
     billing_router,
     reporting_router,
     inference_router,
-    session_audio_router,
     telephony_router,
     telephony_admin_router,
     outbound_calls_router,
-    twilio_media_router,
     integrations_router,
     playground_router,
 )
@@ -180,6 +180,12 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     install_error_handlers(app)
     # Mutating requests are audited once their principal is known; auth itself imports no audit.
     on_authenticated(app, audit_mutations)
+    # POST /api/calls/outbound dials through telephony, which calls cannot import (it builds on them).
+    app.state.outbound_dialer = place_outbound_call
+    # The sessions' audio WebSocket is spoken by the voice pipeline, which builds on sessions.
+    app.state.session_audio = session_audio_socket
+    # Transfers move the call through telephony, which builds on sessions.
+    use_phone_lines(PhoneLine)
     for router in ROUTERS:
         app.include_router(router)
     # Uploads get their own, larger limits; the routes check their exact limits again.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from parley.kit.templates import TemplateRenderError, render_template
 
+from parley.kit.templates import TemplateRenderError, render_template
 from tests.flows.example import node, order_flow
 from tests.flows.test_router import create_flow
 from tests.tools.test_router import http_tool

@@ -10,10 +10,9 @@ from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin
 from parley.auth.models import ApiKey
 from parley.kit.body import ParsedBody
-from parley.kit.db import DbSession, utcnow
+from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
-from parley.kit.tenancy import scoped
 
 router = APIRouter(prefix="/api/api-keys", tags=["API Keys"])
 
@@ -40,14 +39,7 @@ async def list_api_keys(
     page: Pagination,
     status: Annotated[Literal["active", "revoked", "all"], Query()] = "all",
 ) -> Page[ApiKeyOut]:
-    stmt = scoped(ApiKey, context.organization_id)
-    if status == "revoked":
-        stmt = stmt.where(ApiKey.revoked_at.is_not(None))
-    elif status == "active":
-        now = utcnow()
-        stmt = stmt.where(ApiKey.revoked_at.is_(None)).where(
-            (ApiKey.expires_at.is_(None)) | (ApiKey.expires_at > now)
-        )
+    stmt = service.keys_query(context.organization_id, status)
     rows, cursor = await paginate(session, stmt, ApiKey.id, page)
     return Page[ApiKeyOut](items=[service.to_out(k) for k in rows], next_cursor=cursor)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.api_keys.schemas import ApiKeyCreate, ApiKeyOut
@@ -16,7 +16,7 @@ from parley.kit.crypto import sha256_hex
 from parley.kit.db import utcnow
 from parley.kit.errors import Conflict, Forbidden
 from parley.kit.ids import new_id
-from parley.kit.tenancy import get_owned
+from parley.kit.tenancy import get_owned, scoped
 
 
 def status_of(key: ApiKey) -> str:
@@ -94,3 +94,16 @@ async def revoke_keys_beyond(
             revoked.append(key.id)
     await session.flush()
     return sorted(revoked)
+
+
+def keys_query(organization_id: str, status: str = "all") -> Select[ApiKey]:
+    """The organization's keys: ``active`` (not revoked, not expired), ``revoked`` or ``all``."""
+    stmt = scoped(ApiKey, organization_id)
+    if status == "revoked":
+        stmt = stmt.where(ApiKey.revoked_at.is_not(None))
+    elif status == "active":
+        now = utcnow()
+        stmt = stmt.where(ApiKey.revoked_at.is_(None)).where(
+            (ApiKey.expires_at.is_(None)) | (ApiKey.expires_at > now)
+        )
+    return stmt

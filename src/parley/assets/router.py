@@ -16,7 +16,6 @@ from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, PayloadTooLarge, documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
-from parley.kit.tenancy import scoped
 
 router = APIRouter(prefix="/api/assets", tags=["Assets"])
 uploads_router = APIRouter(prefix="/api/uploads", tags=["System"])
@@ -86,10 +85,9 @@ async def list_assets(
     page: Pagination,
     kind: Annotated[AssetKind | None, Query(description="Only assets of this kind.")] = None,
 ) -> Page[AssetOut]:
-    stmt = scoped(Asset, context.organization_id)
-    if kind is not None:
-        stmt = stmt.where(Asset.kind == kind)
-    rows, cursor = await paginate(session, stmt, Asset.id, page)
+    rows, cursor = await paginate(
+        session, service.assets_query(context.organization_id, kind), Asset.id, page
+    )
     return Page[AssetOut](items=[service.to_out(a) for a in rows], next_cursor=cursor)
 
 

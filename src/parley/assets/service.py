@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import anyio.to_thread
 import structlog
-from sqlalchemy import update
+from sqlalchemy import Select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.assets.images import ProcessedImage, process_avatar
@@ -33,7 +33,7 @@ from parley.kit.errors import (
 )
 from parley.kit.ids import new_id
 from parley.kit.ranges import Download, ranged_download
-from parley.kit.tenancy import get_owned
+from parley.kit.tenancy import get_owned, scoped
 
 log = structlog.get_logger("parley.assets")
 
@@ -265,3 +265,10 @@ async def set_avatar(
         user.avatar_url = url
     await session.flush()
     return asset, image
+
+
+def assets_query(organization_id: str, kind: str | None = None) -> Select[Asset]:
+    stmt = scoped(Asset, organization_id)
+    if kind is not None:
+        stmt = stmt.where(Asset.kind == kind)
+    return stmt

@@ -6,9 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from fastapi.exceptions import RequestValidationError
-
-from parley.kit.errors import UnsupportedMediaType
+from parley.kit.errors import InvalidFields, UnsupportedMediaType
 
 AssetKind = Literal["audio", "image", "document", "other"]
 
@@ -104,8 +102,6 @@ def sniff(data: bytes) -> Sniffed:
     raise UnsupportedMediaType(f"The file's type is not recognised; accepted are {ACCEPTED} files.")
 
 
-def invalid_field(field: str, message: str) -> RequestValidationError:
+def invalid_field(field: str, message: str) -> InvalidFields:
     """A 422 in FastAPI's validation shape, as documented for the upload routes."""
-    return RequestValidationError(
-        [{"type": "value_error", "loc": ("body", field), "msg": message, "input": None}]
-    )
+    return InvalidFields([{"type": "value_error", "loc": ("body", field), "msg": message, "input": None}])

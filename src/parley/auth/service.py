@@ -10,8 +10,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.auth.models import ApiKey, User
+from parley.auth.models import ApiKey, Membership, Organization, User
 from parley.auth.principal import Principal
+from parley.auth.roles import Role
 from parley.auth.tokens import ADMIN_ROLE_CLAIM, Claims
 from parley.kit.crypto import constant_time_equals, sha256_hex
 from parley.kit.db import utcnow
@@ -140,3 +141,18 @@ async def principal_from_api_key(session: AsyncSession, token: str) -> Principal
         api_key_organization_id=key.organization_id,
         scopes=frozenset(key.scopes),
     )
+
+
+async def memberships_of(session: AsyncSession, principal: Principal) -> list[tuple[str, str, Role]]:
+    """The organizations (id, name) the principal can act in, with its role in each: an API key's own
+    organization, or a user's memberships by organization id."""
+    if principal.kind == "api_key":
+        org = await session.get(Organization, principal.api_key_organization_id)
+        return [(org.id, org.name, principal.api_key_role())] if org else []
+    rows = await session.execute(
+        select(Organization.id, Organization.name, Membership.role)
+        .join(Membership, Membership.organization_id == Organization.id)
+        .where(Membership.user_id == principal.id)
+        .order_by(Organization.id)
+    )
+    return [(i, n, Role(r)) for i, n, r in rows]

@@ -9,13 +9,12 @@ from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.brain import service
 from parley.brain.models import BrainSignal
 from parley.brain.schemas import SignalOut, SignalStatus, SignalUpdate
-from parley.calls.contracts import Severity
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
-from parley.kit.filters import Since, Until, as_utc, text_filter
+from parley.kit.filters import Since, Until
 from parley.kit.pagination import Page, Pagination, paginate
-from parley.kit.tenancy import scoped
+from parley.kit.schemas import Severity
 
 router = APIRouter(prefix="/api/brain", tags=["Brain"])
 
@@ -36,22 +35,10 @@ async def list_brain_signals(
     until: Until = None,
 ) -> Page[SignalOut]:
     """The organization's brain signals, newest first; `since`/`until` apply to when they were stored."""
-    stmt = scoped(BrainSignal, context.organization_id)
-    if (value := text_filter(type, "type")) is not None:
-        stmt = stmt.where(BrainSignal.type == value)
-    if severity is not None:
-        stmt = stmt.where(BrainSignal.severity == severity)
-    if status is not None:
-        stmt = stmt.where(BrainSignal.status == status)
-    if (value := text_filter(call_id, "call_id")) is not None:
-        stmt = stmt.where(BrainSignal.call_id == value)
-    if (value := text_filter(flow_id, "flow_id")) is not None:
-        stmt = stmt.where(BrainSignal.flow_id == value)
-    if (start := as_utc(since, "since")) is not None:
-        stmt = stmt.where(BrainSignal.created_at >= start)
-    if (end := as_utc(until, "until")) is not None:
-        stmt = stmt.where(BrainSignal.created_at < end)
-    rows, cursor = await paginate(session, stmt, BrainSignal.id, page)
+    filters = service.SignalFilters(type, severity, status, call_id, flow_id, since, until)
+    rows, cursor = await paginate(
+        session, service.signals_query(context.organization_id, filters), BrainSignal.id, page
+    )
     return Page[SignalOut](items=[SignalOut.model_validate(s) for s in rows], next_cursor=cursor)
 
 

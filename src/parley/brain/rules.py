@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from parley.calls.contracts import CallRecordIn, Severity, ToolCallRecord
+from parley.brain.contracts import FinishedConversation, ToolCall
+from parley.kit.schemas import Severity
 
 LONG_SILENCE_SECONDS = 20.0
 
@@ -28,10 +29,10 @@ class Rule:
     type: str
     severity: Severity
     description: str
-    check: Callable[[CallRecordIn], list[Finding]]
+    check: Callable[[FinishedConversation], list[Finding]]
 
 
-def _caller_turns(record: CallRecordIn) -> list[tuple[int, str]]:
+def _caller_turns(record: FinishedConversation) -> list[tuple[int, str]]:
     return [(t.index, t.text) for t in record.transcript if t.speaker == "caller"]
 
 
@@ -42,7 +43,7 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
-def _matches(record: CallRecordIn, pattern: re.Pattern[str]) -> list[dict[str, Any]]:
+def _matches(record: FinishedConversation, pattern: re.Pattern[str]) -> list[dict[str, Any]]:
     hits = []
     for index, text in _caller_turns(record):
         found = sorted({m.group(0) for m in pattern.finditer(normalize(text))})
@@ -54,11 +55,11 @@ def _matches(record: CallRecordIn, pattern: re.Pattern[str]) -> list[dict[str, A
 # --- order_not_found ---------------------------------------------------------------------------
 
 
-def _is_order_tool(call: ToolCallRecord) -> bool:
+def _is_order_tool(call: ToolCall) -> bool:
     return "order" in call.tool_name.casefold() or "bestell" in call.tool_name.casefold()
 
 
-def _not_found_result(call: ToolCallRecord) -> bool:
+def _not_found_result(call: ToolCall) -> bool:
     if call.http_status == 404:
         return True
     result = call.result
@@ -71,7 +72,7 @@ def _not_found_result(call: ToolCallRecord) -> bool:
     return False
 
 
-def order_not_found(record: CallRecordIn) -> list[Finding]:
+def order_not_found(record: FinishedConversation) -> list[Finding]:
     misses = [
         {"tool_name": c.tool_name, "arguments": c.arguments, "http_status": c.http_status}
         for c in record.tool_calls
@@ -83,7 +84,7 @@ def order_not_found(record: CallRecordIn) -> list[Finding]:
 # --- tool_failure ------------------------------------------------------------------------------
 
 
-def tool_failure(record: CallRecordIn) -> list[Finding]:
+def tool_failure(record: FinishedConversation) -> list[Finding]:
     failures = [
         {
             "tool_name": c.tool_name,
@@ -107,7 +108,7 @@ _CALLBACK = re.compile(
 )
 
 
-def callback_requested(record: CallRecordIn) -> list[Finding]:
+def callback_requested(record: FinishedConversation) -> list[Finding]:
     hits = _matches(record, _CALLBACK)
     return [Finding({"turns": hits})] if hits else []
 
@@ -121,7 +122,7 @@ _HUMAN = re.compile(
 )
 
 
-def transfer_requested(record: CallRecordIn) -> list[Finding]:
+def transfer_requested(record: FinishedConversation) -> list[Finding]:
     hits = _matches(record, _HUMAN)
     if not hits and record.outcome != "transferred":
         return []
@@ -141,7 +142,7 @@ _NEGATIVE = re.compile(
 )
 
 
-def negative_sentiment(record: CallRecordIn) -> list[Finding]:
+def negative_sentiment(record: FinishedConversation) -> list[Finding]:
     hits = _matches(record, _NEGATIVE)
     return [Finding({"turns": hits, "method": "keywords"})] if hits else []
 
@@ -149,7 +150,7 @@ def negative_sentiment(record: CallRecordIn) -> list[Finding]:
 # --- long_silence ------------------------------------------------------------------------------
 
 
-def long_silence(record: CallRecordIn) -> list[Finding]:
+def long_silence(record: FinishedConversation) -> list[Finding]:
     turns = sorted(record.transcript, key=lambda t: t.index)
     gaps = []
     for before, after in itertools.pairwise(turns):
@@ -168,7 +169,7 @@ _FILLERS = frozenset(
 )
 
 
-def caller_repeats(record: CallRecordIn) -> list[Finding]:
+def caller_repeats(record: FinishedConversation) -> list[Finding]:
     seen: dict[str, list[int]] = {}
     for index, text in _caller_turns(record):
         key = normalize(text)
@@ -195,5 +196,5 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def evaluate(record: CallRecordIn) -> list[tuple[Rule, Finding]]:
+def evaluate(record: FinishedConversation) -> list[tuple[Rule, Finding]]:
     return [(rule, finding) for rule in RULES for finding in rule.check(record)]

@@ -5,8 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from parley.calls.contracts import Severity
-from parley.kit.schemas import StrictModel
+from parley.kit.schemas import Severity, StrictModel
 
 SignalStatus = Literal["open", "acknowledged", "resolved"]
 SignalSource = Literal["rule", "flow", "runtime"]

@@ -3,7 +3,7 @@
 ``calls`` hands each stored call over (:func:`signals_of` before the row is written, :func:`raise_signals`
 after); the brain runs its rules (:mod:`parley.brain.rules`), writes the signals, hands them to
 notifications, and queues the LLM sentiment classifier (:mod:`parley.brain.tasks`). The brain reads a
-stored call only through :class:`parley.calls.contracts.SignalledCalls`, never calls' rows or services.
+stored call only through :class:`parley.brain.contracts.SignalledCalls`, never calls' rows or services.
 People work the signals through open → acknowledged → resolved.
 """
 
@@ -15,15 +15,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic_core import to_jsonable_python
+from sqlalchemy import Select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
 from parley.brain import rules, sentiment
+from parley.brain.contracts import FinishedConversation
 from parley.brain.models import BrainSignal
 from parley.brain.schemas import SignalUpdate
-from parley.calls.contracts import CallRecordIn
 from parley.kit.db import after_commit, utcnow
 from parley.kit.errors import Conflict
+from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.tenancy import get_owned, scoped
@@ -61,6 +63,37 @@ async def update_signal(
     return signal
 
 
+@dataclass(frozen=True)
+class SignalFilters:
+    type: str | None = None
+    severity: str | None = None
+    status: str | None = None
+    call_id: str | None = None
+    flow_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def signals_query(organization_id: str, filters: SignalFilters) -> Select[BrainSignal]:
+    """The organization's signals matching ``filters``; ``since``/``until`` apply to when they were stored."""
+    stmt = scoped(BrainSignal, organization_id)
+    if (value := text_filter(filters.type, "type")) is not None:
+        stmt = stmt.where(BrainSignal.type == value)
+    if filters.severity is not None:
+        stmt = stmt.where(BrainSignal.severity == filters.severity)
+    if filters.status is not None:
+        stmt = stmt.where(BrainSignal.status == filters.status)
+    if (value := text_filter(filters.call_id, "call_id")) is not None:
+        stmt = stmt.where(BrainSignal.call_id == value)
+    if (value := text_filter(filters.flow_id, "flow_id")) is not None:
+        stmt = stmt.where(BrainSignal.flow_id == value)
+    if (start := as_utc(filters.since, "since")) is not None:
+        stmt = stmt.where(BrainSignal.created_at >= start)
+    if (end := as_utc(filters.until, "until")) is not None:
+        stmt = stmt.where(BrainSignal.created_at < end)
+    return stmt
+
+
 # --- raising ----------------------------------------------------------------------------------
 
 
@@ -79,11 +112,11 @@ def _aware(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def signals_of(record: CallRecordIn) -> list[Raised]:
+def signals_of(record: FinishedConversation) -> list[Raised]:
     """The record's own signals, then what the built-in rules find in it (stamped with the end)."""
     ended = _aware(record.ended_at)
     raised = [
-        Raised(s.type, s.severity, s.source, s.model_dump(mode="json")["details"], _aware(s.at))
+        Raised(s.type, s.severity, s.source, to_jsonable_python(s.details), _aware(s.at))
         for s in record.signals
     ]
     raised += [

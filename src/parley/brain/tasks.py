@@ -1,6 +1,6 @@
 """The brain's background job: the LLM sentiment classifier (:mod:`parley.brain.sentiment`).
 
-The handler reads and marks the call only through :class:`parley.calls.contracts.SignalledCalls`;
+The handler reads and marks the call only through :class:`parley.brain.contracts.SignalledCalls`;
 ``calls`` hands its implementation over when it registers the job (``parley.calls.tasks``).
 """
 
@@ -12,6 +12,7 @@ import structlog
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.brain.contracts import SignalledCalls
 from parley.brain.models import BrainSignal
 from parley.brain.sentiment import (
     PROVIDER,
@@ -25,7 +26,6 @@ from parley.brain.sentiment import (
     provider_config,
 )
 from parley.brain.service import Raised, raise_signals
-from parley.calls.contracts import SignalledCalls
 from parley.config import Settings
 from parley.kit.errors import ParleyError
 from parley.kit.ids import new_id

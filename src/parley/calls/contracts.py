@@ -1,25 +1,23 @@
-"""What other packages exchange with ``calls``: data shapes only, no behaviour, nothing of parley imported.
+"""What other packages exchange with ``calls``: data shapes only, no behaviour, nothing above kit imported.
 
 The runtime (``parley.sessions``) fills a :class:`CallRecordIn` and calls
 ``parley.calls.service.record_call(session, record)`` inside the transaction that ends the session;
 the call record, its transcript, tool calls, metrics, usage and brain signals are written with it.
-The brain judges the record and reads a stored call back only through :class:`SignalledCalls`.
+The brain judges the record as a :class:`parley.brain.contracts.FinishedConversation`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.kit.schemas import Severity
 
 Channel = Literal["web", "phone", "whatsapp", "test"]
 Direction = Literal["inbound", "outbound"]
 Outcome = Literal["completed", "transferred", "abandoned", "failed"]
-# The same scale as a flow's signal node (parley.flows.definition.SignalNode).
-Severity = Literal["info", "low", "medium", "high", "critical"]
 
 
 class TurnRecord(BaseModel):
@@ -109,22 +107,3 @@ class CallRecordIn(BaseModel):
     # no-answer, failed, canceled, unavailable; dialing when the session ended while it dialled)
     transferred_at: datetime | None = None
     transfer_status: str | None = None
-
-
-@dataclass(frozen=True)
-class CallFacts:
-    """What the brain's background jobs read of a stored call."""
-
-    id: str
-    organization_id: str
-    flow_id: str | None
-    ended_at: datetime
-    transcript: list[dict[str, Any]]
-
-
-class SignalledCalls(Protocol):
-    """The calls a background job of the brain may read and mark as signalled (calls implements it)."""
-
-    async def facts(self, session: AsyncSession, call_id: str) -> CallFacts | None: ...
-
-    async def note_signal(self, session: AsyncSession, call_id: str, signal_type: str) -> None: ...

@@ -5,18 +5,21 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import StreamingResponse
 
-from parley.auth.dependencies import OrgReader
+from parley.audit.dependencies import describe
+from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.calls import service
 from parley.calls.filters import CallFilter
 from parley.calls.models import Call
-from parley.calls.schemas import CallOut, CallSummaryOut
+from parley.calls.schemas import CallOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
 from parley.kit.blobs import BlobStore
+from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, documented
 from parley.kit.pagination import Page, Pagination, paginate
-from parley.kit.tenancy import scoped
 
 router = APIRouter(prefix="/api/calls", tags=["Calls"])
+# Included after telephony's routes (parley.app) so the API document keeps its order.
+outbound_router = APIRouter(prefix="/api/calls", tags=["Calls"])
 
 CallId = Annotated[str, Path(alias="callId", max_length=40, description="Call id (call_...).")]
 Filename = Annotated[
@@ -37,7 +40,7 @@ async def list_calls(
     session: DbSession, context: OrgReader, page: Pagination, filters: CallFilter
 ) -> Page[CallSummaryOut]:
     """The organization's call records, newest first (by start time)."""
-    stmt = filters.apply(scoped(Call, context.organization_id), context.organization_id)
+    stmt = service.calls_query(context.organization_id, filters)
     rows, cursor = await paginate(session, stmt, Call.id, page)
     return Page[CallSummaryOut](items=[service.to_summary(c) for c in rows], next_cursor=cursor)
 
@@ -65,3 +68,27 @@ async def get_call_recording_file(
 async def get_call(session: DbSession, context: OrgReader, call_id: CallId) -> CallOut:
     """The full call record: transcript with timestamps, tool calls, latency metrics, usage, signals."""
     return await service.to_full(session, await service.get_call(session, context, call_id))
+
+
+@outbound_router.post(
+    "/outbound",
+    summary="Create Outbound Call",
+    responses=documented(404, 409, 502),
+    response_model=OutboundCallOut,
+)
+async def create_outbound_call(
+    request: Request,
+    session: DbSession,
+    context: OrgWriter,
+    data: Annotated[OutboundCallIn, ParsedBody(OutboundCallIn)],
+) -> OutboundCallOut:
+    """Call ``to`` from one of the organization's numbers; the flow talks once the call is answered.
+
+    Twilio numbers dial through Twilio's Calls API; LiveKit numbers through a synced outbound trunk that
+    carries ``from_number``. 404 unknown flow or number, 409 no published flow or no way to dial,
+    422 malformed numbers, 502 when the provider refuses (with its reason; nothing is kept).
+    """
+    dialer: service.Dialer = request.app.state.outbound_dialer
+    result = await dialer(session, request.app.state.settings, context, data)
+    describe(request, "session", result.session_id, to=result.to, provider=result.provider)
+    return result

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,6 +14,7 @@ from parley.calls.contracts import (
     TurnRecord,
     UsageRecord,
 )
+from parley.kit.schemas import E164, StrictModel
 
 
 class CallSummaryOut(BaseModel):
@@ -72,3 +73,20 @@ class CallOut(CallSummaryOut):
     signals: list[CallSignalOut]
     recording_url: str | None = Field(description="Where to download the recording, when there is one.")
     created_at: datetime
+
+
+class OutboundCallIn(StrictModel):
+    flow_id: Annotated[str, Field(min_length=1, max_length=40)] = Field(
+        description="The flow that talks to the person called."
+    )
+    to: E164 = Field(description="The number to call, E.164.")
+    from_number: E164 = Field(description="One of the organization's numbers, E.164.")
+
+
+class OutboundCallOut(BaseModel):
+    session_id: str
+    provider: str
+    provider_call_id: str | None
+    to: str
+    from_number: str
+    status: str

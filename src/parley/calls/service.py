@@ -4,27 +4,30 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 from pydantic_core import to_jsonable_python
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 
 from parley.auth.principal import OrgContext
 from parley.brain import service as brain
+from parley.brain.contracts import CallFacts
 from parley.calls.contracts import (
-    CallFacts,
     CallRecordIn,
     ToolCallRecord,
     TurnMetrics,
     TurnRecord,
     UsageRecord,
 )
+from parley.calls.filters import CallFilters
 from parley.calls.models import Call
-from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut
+from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
+from parley.config import Settings
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.jobs import JobQueue
@@ -32,6 +35,10 @@ from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
 
 log = structlog.get_logger("parley.calls")
+
+# Places an outbound phone call (POST /api/calls/outbound). Telephony implements it and the app hands
+# it over at start-up (``app.state.outbound_dialer``): calls never import telephony, which builds on them.
+Dialer = Callable[[AsyncSession, Settings, OrgContext, OutboundCallIn], Awaitable[OutboundCallOut]]
 
 # Recording names are looked up in the calls table, never joined onto a path.
 RECORDING_FILENAME = re.compile(r"^(?!.*\.\.)[A-Za-z0-9_.-]{1,196}\.wav$")
@@ -132,7 +139,7 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
 
 
 class CallsForTheBrain:
-    """What the brain's jobs may read of a call and mark on it (:class:`parley.calls.contracts.SignalledCalls`)."""
+    """What the brain's jobs may read of a call and mark on it (:class:`parley.brain.contracts.SignalledCalls`)."""
 
     async def facts(self, session: AsyncSession, call_id: str) -> CallFacts | None:
         call = await session.scalar(select(Call).where(Call.id == call_id))
@@ -284,3 +291,8 @@ async def open_recording(
         "recording",
         {"Content-Disposition": f'attachment; filename="{filename}"'},
     )
+
+
+def calls_query(organization_id: str, filters: CallFilters) -> Select[Call]:
+    """The organization's calls matching the list filters (``CallFilter`` of the routers)."""
+    return filters.apply(scoped(Call, organization_id), organization_id)

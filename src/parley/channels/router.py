@@ -29,7 +29,6 @@ from parley.kit.db import DbSession
 from parley.kit.errors import BadRequest, documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
-from parley.kit.tenancy import scoped
 
 router = APIRouter(prefix="/api/channels", tags=["Channels"])
 
@@ -174,7 +173,7 @@ async def create_channel_account(
 async def list_channel_accounts(
     request: Request, session: DbSession, context: OrgReader, page: Pagination
 ) -> Page[AccountOut]:
-    stmt = scoped(WhatsAppAccount, context.organization_id)
+    stmt = service.accounts_query(context.organization_id)
     rows, cursor = await paginate(session, stmt, WhatsAppAccount.id, page)
     settings = request.app.state.settings
     return Page[AccountOut](items=[service.account_out(settings, a) for a in rows], next_cursor=cursor)

@@ -328,3 +328,7 @@ def message_out(message: WhatsAppMessage) -> MessageOut:
         created_at=message.created_at,
         processed_at=message.processed_at,
     )
+
+
+def accounts_query(organization_id: str) -> Select[WhatsAppAccount]:
+    return scoped(WhatsAppAccount, organization_id)

@@ -27,7 +27,6 @@ from parley.kit.db import DbSession
 from parley.kit.errors import PayloadTooLarge, Unprocessable, UnsupportedMediaType, documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
-from parley.kit.tenancy import scoped
 
 router = APIRouter(prefix="/api/datasets", tags=["Datasets"])
 
@@ -157,7 +156,7 @@ async def list_dataset_items(
     session: DbSession, context: OrgReader, dataset_id: DatasetId, page: Pagination
 ) -> Page[DatasetItemOut]:
     dataset = await service.get_dataset(session, context.organization_id, dataset_id)
-    stmt = scoped(DatasetItem, context.organization_id).where(DatasetItem.dataset_id == dataset.id)
+    stmt = service.items_query(context.organization_id, dataset.id)
     rows, cursor = await paginate(session, stmt, DatasetItem.id, page)
     return Page[DatasetItemOut](items=[DatasetItemOut.model_validate(r) for r in rows], next_cursor=cursor)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, exists, func, select
+from sqlalchemy import Select, delete, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
@@ -127,3 +127,7 @@ async def get_item(session: AsyncSession, organization_id: str, dataset_id: str,
         await get_dataset(session, organization_id, dataset_id)  # a missing dataset is named first
         raise NotFound(f"Dataset item {item_id!r} was not found in this dataset.")
     return item
+
+
+def items_query(organization_id: str, dataset_id: str) -> Select[DatasetItem]:
+    return scoped(DatasetItem, organization_id).where(DatasetItem.dataset_id == dataset_id)

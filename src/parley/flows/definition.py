@@ -6,10 +6,11 @@ tools, expressions, templates, loops) in :mod:`parley.flows.validation`.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from parley.kit.schemas import E164_PATTERN, check_e164_target
 
 NodeId = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", examples=["ask_order"])]
 VariableName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$", examples=["order_number"])]
@@ -17,19 +18,6 @@ Template = Annotated[str, Field(max_length=4000, description="Jinja2 template re
 Expression = Annotated[
     str, Field(min_length=1, max_length=1000, description="Expression over the flow's variables.")
 ]
-E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
-
-
-def check_e164_target(value: Any) -> Any:
-    """A transfer target must be dialable as written: refused with a sentence a person understands."""
-    if isinstance(value, str) and not re.fullmatch(E164_PATTERN, value):
-        raise ValueError(
-            f"{value[:40]!r} is not a phone number in E.164 form: a +, the country code and the number, "
-            "digits only, at most 15 digits (e.g. +4930123456)"
-        )
-    return value
-
-
 E164 = Annotated[
     str, BeforeValidator(check_e164_target), Field(pattern=E164_PATTERN, examples=["+4930123456"])
 ]

@@ -9,7 +9,6 @@ import hashlib
 from typing import Any
 
 import orjson
-from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -37,7 +36,7 @@ from parley.flows.schemas import (
 )
 from parley.flows.validation import Issue, OrgResources, ToolRef, validate_definition
 from parley.kit.db import utcnow
-from parley.kit.errors import Conflict
+from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.ids import new_id
 from parley.kit.tenancy import get_owned, scoped
 from parley.tools import service as tools_service
@@ -131,7 +130,7 @@ async def _document_ids(session: AsyncSession, organization_id: str) -> set[str]
 
 def raise_if_invalid(issues: list[Issue]) -> None:
     if issues:
-        raise RequestValidationError(
+        raise InvalidFields(
             [
                 {"type": "flow_invalid", "loc": issue.loc(), "msg": issue.message, "input": None}
                 for issue in issues
@@ -495,7 +494,7 @@ async def import_flow(session: AsyncSession, context: OrgContext, data: FlowImpo
     seen: set[str] = set()
     for index, spec in enumerate(data.tools):
         if spec.name in seen:
-            raise RequestValidationError(
+            raise InvalidFields(
                 [
                     {
                         "type": "value_error",

@@ -26,7 +26,6 @@ from parley.kit.db import DbSession
 from parley.kit.errors import ParleyError, documented, error_response
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
-from parley.kit.tenancy import scoped
 
 router = APIRouter(prefix="/api/integrations", tags=["Integrations"])
 
@@ -127,7 +126,7 @@ async def list_integration_connections(
     request: Request, session: DbSession, context: OrgReader, page: Pagination
 ) -> Page[ConnectionOut]:
     """The organization's connections, newest first; tokens only as masked hints."""
-    stmt = scoped(IntegrationConnection, context.organization_id)
+    stmt = service.connections_query(context.organization_id)
     rows, cursor = await paginate(session, stmt, IntegrationConnection.id, page)
     settings = request.app.state.settings
     return Page[ConnectionOut](items=[service.connection_out(settings, r) for r in rows], next_cursor=cursor)

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import structlog
-from sqlalchemy import CursorResult, delete, select, update
+from sqlalchemy import CursorResult, Select, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit import service as audit
@@ -845,3 +845,7 @@ async def refresh_expiring(db: Database, settings: Settings) -> tuple[int, int]:
             continue
         refreshed += int(token.refreshed)
     return refreshed, failed
+
+
+def connections_query(organization_id: str) -> Select[IntegrationConnection]:
+    return scoped(IntegrationConnection, organization_id)

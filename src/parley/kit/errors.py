@@ -110,6 +110,14 @@ class UpstreamTimeout(ParleyError):
     code = "upstream_timeout"
 
 
+class InvalidFields(RequestValidationError):
+    """A 422 with FastAPI's validation ``detail`` list, for fields a service checks itself (a flow
+    that does not validate, a tool listed twice): services raise this and import no FastAPI."""
+
+    def __init__(self, errors: list[dict[str, Any]]) -> None:
+        super().__init__(errors)
+
+
 _HTTP_CODES = {
     400: "bad_request",
     401: "unauthorized",

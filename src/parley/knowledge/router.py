@@ -12,9 +12,9 @@ from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.kit.body import ParsedBody, read_body_data, validate_body
 from parley.kit.db import DbSession
 from parley.kit.errors import PayloadTooLarge, documented
+from parley.kit.jobs import runner_for
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut, StrictModel
-from parley.kit.tenancy import scoped
 from parley.knowledge import service
 from parley.knowledge import tasks as _tasks  # noqa: F401  (registers the ingestion job)
 from parley.knowledge.models import KnowledgeDocument
@@ -147,11 +147,17 @@ async def create_knowledge_document(
     state = request.app.state
     if upload.text is not None:
         document = await service.create_from_text(
-            session, state, context, title=upload.text.title, text=upload.text.text
+            session, runner_for(state), context, title=upload.text.title, text=upload.text.text
         )
     else:
         document = await service.create_from_file(
-            session, state, context, data=upload.data, filename=upload.filename, title=upload.title
+            session,
+            state.blobs,
+            runner_for(state),
+            context,
+            data=upload.data,
+            filename=upload.filename,
+            title=upload.title,
         )
     describe(request, "knowledge_document", document.id, content_type=document.content_type)
     return service.to_out(document)
@@ -164,9 +170,7 @@ async def list_knowledge_documents(
     page: Pagination,
     status: Annotated[DocumentStatusName | None, Query(description="Only documents in this state.")] = None,
 ) -> Page[KnowledgeDocumentOut]:
-    stmt = scoped(KnowledgeDocument, context.organization_id)
-    if status is not None:
-        stmt = stmt.where(KnowledgeDocument.status == status)
+    stmt = service.documents_query(context.organization_id, status)
     rows, cursor = await paginate(session, stmt, KnowledgeDocument.id, page)
     return Page[KnowledgeDocumentOut](items=[service.to_out(d) for d in rows], next_cursor=cursor)
 
@@ -188,7 +192,9 @@ async def delete_knowledge_document(
     request: Request, session: DbSession, context: OrgWriter, doc_id: DocId
 ) -> DeletedOut:
     """Delete the document, its chunks (they leave the search index at once) and its original file."""
-    document = await service.delete_document(session, request.app.state, context.organization_id, doc_id)
+    document = await service.delete_document(
+        session, request.app.state.blobs, context.organization_id, doc_id
+    )
     describe(request, "knowledge_document", document.id)
     return DeletedOut(id=document.id)
 

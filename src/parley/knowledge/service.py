@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import structlog
-from sqlalchemy import delete, select
+from sqlalchemy import Select, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.datastructures import State
 
 from parley.auth.principal import OrgContext
-from parley.kit.blobs import BlobStoreError
+from parley.kit.blobs import BlobStore, BlobStoreError
 from parley.kit.db import after_commit
 from parley.kit.errors import PayloadTooLarge, ServiceUnavailable, Unprocessable, UnsupportedMediaType
 from parley.kit.ids import new_id
-from parley.kit.jobs import enqueue_after_commit
-from parley.kit.tenancy import get_owned
+from parley.kit.jobs import JobQueue
+from parley.kit.tenancy import get_owned, scoped
 from parley.knowledge import parsing, repository
 from parley.knowledge.models import DocumentStatus, KnowledgeChunk, KnowledgeDocument
 from parley.knowledge.schemas import KnowledgeDocumentOut, SearchHit
@@ -49,9 +48,19 @@ def _title_from(filename: str | None) -> str:
     return (stem.strip() or filename)[:300]
 
 
+def _ingest_after_commit(session: AsyncSession, jobs: JobQueue, document_id: str) -> None:
+    """Queue the ingestion once the transaction has committed (never for a rolled-back one)."""
+
+    async def enqueue() -> None:
+        await jobs.submit(INGEST_JOB, {"document_id": document_id})
+
+    after_commit(session, enqueue)
+
+
 async def create_from_file(
     session: AsyncSession,
-    state: State,
+    blobs: BlobStore,
+    jobs: JobQueue,
     context: OrgContext,
     *,
     data: bytes,
@@ -85,16 +94,16 @@ async def create_from_file(
     session.add(document)
     await session.flush()
     try:
-        await state.blobs.put(document.blob_key, data, content_type)
+        await blobs.put(document.blob_key, data, content_type)
     except BlobStoreError as exc:
         log.error("knowledge_blob_put_failed", error_type=type(exc).__name__)
         raise ServiceUnavailable("The file could not be stored right now; please try again.") from exc
-    enqueue_after_commit(session, state, INGEST_JOB, {"document_id": document.id})
+    _ingest_after_commit(session, jobs, document.id)
     return document
 
 
 async def create_from_text(
-    session: AsyncSession, state: State, context: OrgContext, *, title: str, text: str
+    session: AsyncSession, jobs: JobQueue, context: OrgContext, *, title: str, text: str
 ) -> KnowledgeDocument:
     size = len(text.encode())
     if size > MAX_DOCUMENT_BYTES:
@@ -113,7 +122,7 @@ async def create_from_text(
     )
     session.add(document)
     await session.flush()
-    enqueue_after_commit(session, state, INGEST_JOB, {"document_id": document.id})
+    _ingest_after_commit(session, jobs, document.id)
     return document
 
 
@@ -127,7 +136,7 @@ async def delete_chunks(session: AsyncSession, document_id: str) -> None:
 
 
 async def delete_document(
-    session: AsyncSession, state: State, organization_id: str, document_id: str
+    session: AsyncSession, blobs: BlobStore, organization_id: str, document_id: str
 ) -> KnowledgeDocument:
     document = await get_document(session, organization_id, document_id)
     await delete_chunks(session, document.id)
@@ -139,7 +148,7 @@ async def delete_document(
         async def remove_blob() -> None:
             # After the commit: a failed request must not lose the original file.
             try:
-                await state.blobs.delete(blob_key)
+                await blobs.delete(blob_key)
             except BlobStoreError as exc:
                 log.warning("knowledge_blob_delete_failed", error_type=type(exc).__name__)
 
@@ -175,3 +184,10 @@ async def pending_document_ids(session: AsyncSession) -> list[str]:
         .order_by(KnowledgeDocument.id)
     )
     return list(rows)
+
+
+def documents_query(organization_id: str, status: str | None = None) -> Select[KnowledgeDocument]:
+    stmt = scoped(KnowledgeDocument, organization_id)
+    if status is not None:
+        stmt = stmt.where(KnowledgeDocument.status == status)
+    return stmt

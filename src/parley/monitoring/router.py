@@ -9,9 +9,24 @@ from parley.calls.models import Call
 from parley.calls.schemas import CallSummaryOut
 from parley.kit.db import DbSession
 from parley.kit.pagination import Page, Pagination, paginate
-from parley.kit.tenancy import scoped
+from parley.sessions import service as sessions
+from parley.sessions.models import ConversationSession
+from parley.sessions.schemas import LiveSessionOut
 
 router = APIRouter(prefix="/api/monitoring", tags=["Monitoring"])
+# Included before the calls' routes (parley.app) so the API document keeps its order.
+live_router = APIRouter(prefix="/api/monitoring", tags=["Monitoring"])
+
+
+@live_router.get("/sessions/live", summary="List Live Sessions", response_model=Page[LiveSessionOut])
+async def list_live_sessions(
+    session: DbSession, context: OrgReader, page: Pagination
+) -> Page[LiveSessionOut]:
+    """The organization's sessions that have not ended yet, newest first."""
+    rows, cursor = await paginate(
+        session, sessions.live_query(context.organization_id), ConversationSession.id, page
+    )
+    return Page[LiveSessionOut](items=[sessions.to_live(r) for r in rows], next_cursor=cursor)
 
 
 @router.get("/calls/history", summary="List Monitoring Calls History", response_model=Page[CallSummaryOut])
@@ -21,6 +36,6 @@ async def list_monitoring_calls_history(
     """Ended calls, newest first: flow, channel, caller, start, duration, outcome, signal types, turn
     count and mean voice latency. Filter by time range (`since`/`until` on the start), flow, channel,
     outcome, caller and signals."""
-    stmt = filters.apply(scoped(Call, context.organization_id), context.organization_id)
+    stmt = service.calls_query(context.organization_id, filters)
     rows, cursor = await paginate(session, stmt, Call.id, page)
     return Page[CallSummaryOut](items=[service.to_summary(c) for c in rows], next_cursor=cursor)

@@ -6,15 +6,14 @@ from fastapi import APIRouter, Path, Query, Request
 
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
-from parley.calls.contracts import Severity
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
-from parley.kit.filters import Since, Until, as_utc, text_filter
+from parley.kit.filters import Since, Until
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.responses import JSONBytesResponse
-from parley.kit.schemas import DeletedOut
-from parley.kit.tenancy import get_owned, scoped
+from parley.kit.schemas import DeletedOut, Severity
+from parley.kit.tenancy import get_owned
 from parley.notifications import service
 from parley.notifications.models import NotificationChannel, NotificationDelivery, NotificationRule
 from parley.notifications.schemas import (
@@ -143,11 +142,7 @@ async def list_notification_rules(
         str | None, Query(max_length=60, description="Only rules for this type (or *).")
     ] = None,
 ) -> Page[RuleOut]:
-    stmt = scoped(NotificationRule, context.organization_id)
-    if (value := text_filter(channel_id, "channel_id")) is not None:
-        stmt = stmt.where(NotificationRule.channel_id == value)
-    if (value := text_filter(signal_type, "signal_type")) is not None:
-        stmt = stmt.where(NotificationRule.signal_type == value)
+    stmt = service.rules_query(context.organization_id, channel_id, signal_type)
     rows, cursor = await paginate(session, stmt, NotificationRule.id, page)
     return Page[RuleOut](items=[RuleOut.model_validate(r) for r in rows], next_cursor=cursor)
 
@@ -244,25 +239,10 @@ async def list_notification_deliveries(
     until: Until = None,
 ) -> Page[DeliveryOut]:
     """The delivery log, newest first, each with its attempts (outcome, HTTP/SMTP code, reason)."""
-    stmt = scoped(NotificationDelivery, context.organization_id)
-    if status is not None:
-        stmt = stmt.where(NotificationDelivery.status == status)
-    if kind is not None:
-        stmt = stmt.where(NotificationDelivery.kind == kind)
-    for column, value, name in (
-        (NotificationDelivery.channel_id, channel_id, "channel_id"),
-        (NotificationDelivery.rule_id, rule_id, "rule_id"),
-        (NotificationDelivery.signal_id, signal_id, "signal_id"),
-        (NotificationDelivery.signal_type, signal_type, "signal_type"),
-    ):
-        if (text := text_filter(value, name)) is not None:
-            stmt = stmt.where(column == text)
-    if severity is not None:
-        stmt = stmt.where(NotificationDelivery.severity == severity)
-    if (start := as_utc(since, "since")) is not None:
-        stmt = stmt.where(NotificationDelivery.created_at >= start)
-    if (end := as_utc(until, "until")) is not None:
-        stmt = stmt.where(NotificationDelivery.created_at < end)
+    filters = service.DeliveryFilters(
+        status, kind, channel_id, rule_id, signal_id, signal_type, severity, since, until
+    )
+    stmt = service.deliveries_query(context.organization_id, filters)
     rows, cursor = await paginate(session, stmt, NotificationDelivery.id, page)
     attempts = await service.attempts_of(session, rows)
     return Page[DeliveryOut](

@@ -5,8 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from parley.calls.contracts import Severity
-from parley.kit.schemas import StrictModel
+from parley.kit.schemas import Severity, StrictModel
 
 ChannelType = Literal["webhook", "email", "slack"]
 SmtpSecurity = Literal["none", "starttls", "ssl"]

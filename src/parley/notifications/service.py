@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
-from fastapi.exceptions import RequestValidationError
 from sqlalchemy import Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -19,7 +18,8 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import after_commit, utcnow
-from parley.kit.errors import Conflict
+from parley.kit.errors import Conflict, InvalidFields
+from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.outbound import OutboundPolicy
@@ -55,8 +55,8 @@ DEFAULT_PORTS = {"starttls": 587, "ssl": 465, "none": 25}
 FINAL = frozenset({"delivered", "failed"})
 
 
-def _invalid(field: str, message: str, kind: str = "value_error") -> RequestValidationError:
-    return RequestValidationError([{"type": kind, "loc": ("body", field), "msg": message, "input": None}])
+def _invalid(field: str, message: str, kind: str = "value_error") -> InvalidFields:
+    return InvalidFields([{"type": kind, "loc": ("body", field), "msg": message, "input": None}])
 
 
 def policy_of(settings: Settings) -> OutboundPolicy:
@@ -622,3 +622,54 @@ def to_delivery_out(delivery: NotificationDelivery, attempts: list[AttemptOut] |
 
 def payload_preview(settings: Settings, delivery: NotificationDelivery) -> dict[str, Any]:
     return render(delivery.payload, delivery.id, delivery.created_at, settings.base_url).payload
+
+
+# --- listing -----------------------------------------------------------------------------------
+
+
+def rules_query(
+    organization_id: str, channel_id: str | None, signal_type: str | None
+) -> Select[NotificationRule]:
+    stmt = scoped(NotificationRule, organization_id)
+    if (value := text_filter(channel_id, "channel_id")) is not None:
+        stmt = stmt.where(NotificationRule.channel_id == value)
+    if (value := text_filter(signal_type, "signal_type")) is not None:
+        stmt = stmt.where(NotificationRule.signal_type == value)
+    return stmt
+
+
+@dataclass(frozen=True)
+class DeliveryFilters:
+    status: str | None = None
+    kind: str | None = None
+    channel_id: str | None = None
+    rule_id: str | None = None
+    signal_id: str | None = None
+    signal_type: str | None = None
+    severity: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+def deliveries_query(organization_id: str, filters: DeliveryFilters) -> Select[NotificationDelivery]:
+    """The delivery log matching ``filters`` (400 for text PostgreSQL cannot compare or a bad time)."""
+    stmt = scoped(NotificationDelivery, organization_id)
+    if filters.status is not None:
+        stmt = stmt.where(NotificationDelivery.status == filters.status)
+    if filters.kind is not None:
+        stmt = stmt.where(NotificationDelivery.kind == filters.kind)
+    for column, value, name in (
+        (NotificationDelivery.channel_id, filters.channel_id, "channel_id"),
+        (NotificationDelivery.rule_id, filters.rule_id, "rule_id"),
+        (NotificationDelivery.signal_id, filters.signal_id, "signal_id"),
+        (NotificationDelivery.signal_type, filters.signal_type, "signal_type"),
+    ):
+        if (text := text_filter(value, name)) is not None:
+            stmt = stmt.where(column == text)
+    if filters.severity is not None:
+        stmt = stmt.where(NotificationDelivery.severity == filters.severity)
+    if (start := as_utc(filters.since, "since")) is not None:
+        stmt = stmt.where(NotificationDelivery.created_at >= start)
+    if (end := as_utc(filters.until, "until")) is not None:
+        stmt = stmt.where(NotificationDelivery.created_at < end)
+    return stmt

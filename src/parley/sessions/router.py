@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from typing import Annotated, Any
 
 import structlog
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, WebSocket
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
@@ -18,7 +18,6 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import ParleyError, documented
 from parley.kit.jobs import runner_for
-from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.sse import openapi_stream, sse, sse_response
 from parley.runtime.engine import TurnResult
 from parley.sessions import locks, service
@@ -26,7 +25,6 @@ from parley.sessions.models import ConversationSession
 from parley.sessions.registry import control_after_commit
 from parley.sessions.schemas import (
     AudioTokenOut,
-    LiveSessionOut,
     MessageIn,
     SessionCreate,
     SessionOut,
@@ -36,7 +34,10 @@ from parley.sessions.schemas import (
 
 router = APIRouter(prefix="/api/sessions", tags=["Sessions"])
 voice_router = APIRouter(prefix="/api/sessions", tags=["Monitoring"])
-monitoring_router = APIRouter(prefix="/api/monitoring", tags=["Monitoring"])
+
+# The audio WebSocket is the voice pipeline's transport (parley.voice.transport_ws), which builds on
+# sessions; the app hands it over at start-up (``app.state.session_audio``), so sessions never import it.
+AudioSocket = Callable[[WebSocket, str], Awaitable[None]]
 
 SessionId = Annotated[str, Path(alias="sessionId", max_length=40, description="Session id (ses_...).")]
 
@@ -304,12 +305,8 @@ async def create_session_audio_token(
     return AudioTokenOut(token=token, expires_at=expires_at, audio_path=f"/api/sessions/{row.id}/audio")
 
 
-@monitoring_router.get("/sessions/live", summary="List Live Sessions", response_model=Page[LiveSessionOut])
-async def list_live_sessions(
-    session: DbSession, context: OrgReader, page: Pagination
-) -> Page[LiveSessionOut]:
-    """The organization's sessions that have not ended yet, newest first."""
-    rows, cursor = await paginate(
-        session, service.live_query(context.organization_id), ConversationSession.id, page
-    )
-    return Page[LiveSessionOut](items=[service.to_live(r) for r in rows], next_cursor=cursor)
+@router.websocket("/{sessionId}/audio", name="session_audio_socket")
+async def session_audio_socket(websocket: WebSocket, sessionId: str) -> None:
+    """Talk to a session: PCM16 mono 16 kHz audio in and out, JSON events (docs/voice.md)."""
+    serve: AudioSocket = websocket.app.state.session_audio
+    await serve(websocket, sessionId)

@@ -104,13 +104,23 @@ async def definition_of(session: AsyncSession, row: ConversationSession) -> Flow
     return await _definition_of(session, row)
 
 
+PhoneLines = Callable[[AsyncSession, Settings, str, str, str], CallControlPort]
+_phone_lines: PhoneLines | None = None
+
+
+def use_phone_lines(factory: PhoneLines) -> None:
+    """Telephony hands over its phone line at start-up (``parley.app``): it builds on sessions, so
+    sessions cannot import it. Without one, a transfer answers ``unavailable`` (no line)."""
+    global _phone_lines
+    _phone_lines = factory
+
+
 def _line(
     session: AsyncSession, settings: Settings, organization_id: str, session_id: str, channel: str
-) -> CallControlPort:
-    # Imported here: telephony starts sessions (parley.telephony.service imports this module).
-    from parley.telephony.handover import PhoneLine
-
-    return PhoneLine(session, settings, organization_id, session_id, channel)
+) -> CallControlPort | None:
+    if _phone_lines is None:
+        return None
+    return _phone_lines(session, settings, organization_id, session_id, channel)
 
 
 async def _engine(

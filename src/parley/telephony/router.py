@@ -9,15 +9,14 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
 
 from parley.audit.dependencies import describe, request_facts
-from parley.auth.dependencies import OrgReader, OrgWriter, PlatformAdmin, guard_signed_webhook
+from parley.auth.dependencies import OrgReader, OrgWriter, guard_signed_webhook
 from parley.kit.body import ParsedBody
-from parley.kit.db import DbSession, checkpoint
+from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, UnsupportedMediaType, documented
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
-from parley.kit.tenancy import get_owned, scoped
-from parley.organizations import service as organizations
-from parley.telephony import handover, service, sync
+from parley.kit.tenancy import get_owned
+from parley.telephony import handover, service
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk
 from parley.telephony.schemas import (
     DispatchRuleCreate,
@@ -25,20 +24,16 @@ from parley.telephony.schemas import (
     DispatchRuleOut,
     DispatchRuleUpdate,
     NumberProvider,
-    OutboundCallIn,
-    OutboundCallOut,
     PhoneNumberCreate,
     PhoneNumberOut,
     PhoneNumberUpdate,
-    SyncReport,
     TrunkCreate,
     TrunkOut,
     TrunkUpdate,
 )
+from parley.voice.transport_twilio import twilio_media_stream
 
 router = APIRouter(prefix="/api/telephony", tags=["Telephony"])
-admin_router = APIRouter(prefix="/api/admin", tags=["Admin"])
-calls_router = APIRouter(prefix="/api/calls", tags=["Calls"])
 
 NumberId = Annotated[str, Path(alias="numberId", max_length=40, description="Phone number id (pn_...).")]
 TrunkId = Annotated[str, Path(alias="trunkId", max_length=40, description="Trunk id (trk_...).")]
@@ -143,7 +138,7 @@ async def create_trunk(
 async def list_trunks(
     request: Request, session: DbSession, context: OrgReader, page: Pagination
 ) -> Page[TrunkOut]:
-    rows, cursor = await paginate(session, scoped(SipTrunk, context.organization_id), SipTrunk.id, page)
+    rows, cursor = await paginate(session, service.trunks_query(context.organization_id), SipTrunk.id, page)
     settings = request.app.state.settings
     return Page[TrunkOut](items=[service.trunk_out(settings, r) for r in rows], next_cursor=cursor)
 
@@ -218,7 +213,7 @@ async def list_dispatch_rules(
     session: DbSession, context: OrgReader, page: Pagination
 ) -> Page[DispatchRuleOut]:
     rows, cursor = await paginate(
-        session, scoped(DispatchRule, context.organization_id), DispatchRule.id, page
+        session, service.rules_query(context.organization_id), DispatchRule.id, page
     )
     return Page[DispatchRuleOut](items=[service.rule_out(r) for r in rows], next_cursor=cursor)
 
@@ -273,49 +268,6 @@ async def remove_telephony_dispatch_rule(
 
 
 # --- admin sync ------------------------------------------------------------------------------------
-
-
-@admin_router.post(
-    "/organizations/{orgId}/telephony/sync",
-    summary="Sync Admin",
-    responses=documented(409),
-    response_model=SyncReport,
-)
-async def sync_admin(
-    request: Request, session: DbSession, _admin: PlatformAdmin, org_id: OrgId
-) -> SyncReport:
-    """Reconcile the organization's trunks, numbers and dispatch rules with its providers (platform admins).
-
-    Creates what is missing at the provider, updates what drifted, and reports — never deletes — what
-    exists only there. Idempotent: a second run reports everything unchanged. Provider failures are
-    listed under ``errors``. 409 while another sync of the same organization runs (in any process).
-    """
-    settings = request.app.state.settings
-    await organizations.get_organization(session, org_id)
-    holder = await sync.acquire_lease(session, settings, org_id)
-    plan = await sync.prepare(session, settings, org_id)
-    # The lease must be visible to other processes while the sync talks to the providers, and no
-    # transaction may stay open meanwhile (SQLite has one writer): commit, then talk, then write the
-    # results (provider ids, synced_at) and release the lease in the request's closing transaction.
-    await checkpoint(session)
-    try:
-        report = await sync.execute(plan)
-    except BaseException:
-        await session.rollback()
-        await sync.release_lease(session, org_id, holder)
-        await checkpoint(session)
-        raise
-    await sync.release_lease(session, org_id, holder)
-    describe(
-        request,
-        "telephony_sync",
-        org_id,
-        created=len(report.created),
-        updated=len(report.updated),
-        orphaned=len(report.orphaned),
-        errors=len(report.errors),
-    )
-    return report
 
 
 # --- Twilio voice webhook --------------------------------------------------------------------------
@@ -409,24 +361,5 @@ async def twilio_dial(
 # --- outbound calls --------------------------------------------------------------------------------
 
 
-@calls_router.post(
-    "/outbound",
-    summary="Create Outbound Call",
-    responses=documented(404, 409, 502),
-    response_model=OutboundCallOut,
-)
-async def create_outbound_call(
-    request: Request,
-    session: DbSession,
-    context: OrgWriter,
-    data: Annotated[OutboundCallIn, ParsedBody(OutboundCallIn)],
-) -> OutboundCallOut:
-    """Call ``to`` from one of the organization's numbers; the flow talks once the call is answered.
-
-    Twilio numbers dial through Twilio's Calls API; LiveKit numbers through a synced outbound trunk that
-    carries ``from_number``. 404 unknown flow or number, 409 no published flow or no way to dial,
-    422 malformed numbers, 502 when the provider refuses (with its reason; nothing is kept).
-    """
-    result = await service.place_outbound_call(session, request.app.state.settings, context, data)
-    describe(request, "session", result.session_id, to=result.to, provider=result.provider)
-    return result
+# Twilio's media stream for the calls answered above, spoken by the voice pipeline's Twilio transport.
+router.add_api_websocket_route("/twilio/media", twilio_media_stream, name="twilio_media_stream")

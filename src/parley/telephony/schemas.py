@@ -9,19 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, model_validator
 
-from parley.kit.schemas import StrictModel
-
-_E164 = re.compile(r"^\+[1-9][0-9]{1,14}$")
-
-
-def check_e164(value: str) -> str:
-    compact = re.sub(r"[\s().-]", "", value)
-    if not _E164.fullmatch(compact):
-        raise ValueError(
-            f"{value!r} is not a phone number in E.164 format: a '+', the country code and the number, "
-            "up to 15 digits, e.g. +4930123456"
-        )
-    return compact
+from parley.kit.schemas import E164, StrictModel
 
 
 def _check_address(value: str) -> str:
@@ -34,9 +22,6 @@ def _check_address(value: str) -> str:
     return value
 
 
-E164 = Annotated[
-    str, Field(min_length=3, max_length=25, examples=["+4930123456"]), AfterValidator(check_e164)
-]
 Address = Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_check_address)]
 NumberProvider = Literal["twilio", "livekit"]
 Direction = Literal["inbound", "outbound"]
@@ -251,18 +236,3 @@ class SyncReport(BaseModel):
 
 
 # --- calls ---------------------------------------------------------------------------------------
-
-
-class OutboundCallIn(StrictModel):
-    flow_id: FlowId = Field(description="The flow that talks to the person called.")
-    to: E164 = Field(description="The number to call, E.164.")
-    from_number: E164 = Field(description="One of the organization's numbers, E.164.")
-
-
-class OutboundCallOut(BaseModel):
-    session_id: str
-    provider: str
-    provider_call_id: str | None
-    to: str
-    from_number: str
-    status: str

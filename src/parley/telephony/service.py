@@ -23,6 +23,7 @@ from parley.audit.service import RequestFacts
 from parley.auth.identity import system_context
 from parley.auth.principal import OrgContext
 from parley.auth.stream_tokens import issue_stream_token
+from parley.calls.schemas import OutboundCallIn, OutboundCallOut
 from parley.channels import routing
 from parley.config import Settings
 from parley.flows.models import Flow
@@ -31,6 +32,7 @@ from parley.kit.db import before_commit, utcnow
 from parley.kit.errors import Conflict, Forbidden, NotFound, ParleyError, Unprocessable, UpstreamError
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy
+from parley.kit.schemas import check_e164
 from parley.kit.tenancy import get_owned, scoped
 from parley.providers.catalog import PROVIDERS, LiveKitConfig, TwilioConfig
 from parley.providers.models import ProviderConfig
@@ -45,15 +47,12 @@ from parley.telephony.schemas import (
     DispatchRuleCreate,
     DispatchRuleOut,
     DispatchRuleUpdate,
-    OutboundCallIn,
-    OutboundCallOut,
     PhoneNumberCreate,
     PhoneNumberOut,
     PhoneNumberUpdate,
     TrunkCreate,
     TrunkOut,
     TrunkUpdate,
-    check_e164,
     check_rule_shape,
     check_trunk_shape,
 )
@@ -745,3 +744,11 @@ async def place_outbound_call(
         from_number=data.from_number,
         status="dialing",
     )
+
+
+def trunks_query(organization_id: str) -> Select[SipTrunk]:
+    return scoped(SipTrunk, organization_id)
+
+
+def rules_query(organization_id: str) -> Select[DispatchRule]:
+    return scoped(DispatchRule, organization_id)

@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Settings
-from parley.kit.db import utcnow
+from parley.kit.db import checkpoint, utcnow
 from parley.kit.errors import Conflict
 from parley.kit.ids import new_id
 from parley.kit.tenancy import scoped
@@ -430,3 +430,24 @@ async def execute(plan: SyncPlan) -> SyncReport:
     await _sync_livekit(plan, report)
     await _sync_twilio(plan, report)
     return report.report
+
+
+async def sync_organization(session: AsyncSession, settings: Settings, organization_id: str) -> SyncReport:
+    """The whole sync of one organization: lease, plan, talk to the providers, record, release.
+
+    The lease must be visible to other processes while the sync talks to the providers, and no
+    transaction may stay open meanwhile (SQLite has one writer): commit, then talk, then write the
+    results (provider ids, synced_at) and release the lease in the caller's closing transaction.
+    """
+    holder = await acquire_lease(session, settings, organization_id)
+    plan = await prepare(session, settings, organization_id)
+    await checkpoint(session)
+    try:
+        report = await execute(plan)
+    except BaseException:
+        await session.rollback()
+        await release_lease(session, organization_id, holder)
+        await checkpoint(session)
+        raise
+    await release_lease(session, organization_id, holder)
+    return report

@@ -4,11 +4,10 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import jsonschema
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from parley.flows.definition import check_e164_target
-from parley.kit.schemas import StrictModel
+from parley.kit.errors import InvalidFields
+from parley.kit.schemas import StrictModel, check_e164_target
 from parley.kit.templates import template_check_scope, template_problems
 
 ToolType = Literal["http", "order_lookup", "knowledge_search", "end_session", "transfer"]
@@ -154,13 +153,13 @@ def parse_config(
             item = dict(error)
             item["loc"] = (*loc, *error["loc"])
             errors.append(item)
-        raise RequestValidationError(errors) from exc
+        raise InvalidFields(errors) from exc
 
 
 def require_secrets(tool_type: str, names: set[str]) -> None:
     missing = [n for n in REQUIRED_SECRETS.get(tool_type, ()) if n not in names]
     if missing:
-        raise RequestValidationError(
+        raise InvalidFields(
             [
                 {
                     "type": "missing",

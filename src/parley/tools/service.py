@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from fastapi.exceptions import RequestValidationError
 from sqlalchemy import Select, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,7 +15,7 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import mask
 from parley.kit.db import utcnow
-from parley.kit.errors import Conflict
+from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.ids import new_id
 from parley.kit.tenancy import get_owned, scoped
 from parley.tools.executor import (
@@ -201,7 +200,7 @@ async def test_tool(
     try:
         result = await execute_tool(session, settings, tool, arguments)
     except InvalidArguments as exc:
-        raise RequestValidationError(
+        raise InvalidFields(
             [
                 {
                     "type": "tool_arguments",

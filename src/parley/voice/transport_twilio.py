@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from fastapi import APIRouter, WebSocket
+from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from parley.auth.identity import IdentityResolver
@@ -38,8 +38,6 @@ from parley.voice.session_call import (
 )
 
 log = structlog.get_logger("parley.voice.twilio")
-
-router = APIRouter(prefix="/api/telephony/twilio", tags=["Telephony"])
 
 TWILIO_RATE = 8000
 MEDIA_FORMAT = {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}
@@ -285,9 +283,10 @@ class _TwilioCall(VoiceCall):
         return True
 
 
-@router.websocket("/media", name="twilio_media_stream")
 async def twilio_media_stream(websocket: WebSocket) -> None:
-    """A Twilio Media Stream (μ-law 8 kHz, base64 JSON messages) talking to a session."""
+    """A Twilio Media Stream (μ-law 8 kHz, base64 JSON messages) talking to a session.
+
+    Served at ``/api/telephony/twilio/media`` by :mod:`parley.telephony.router`."""
     await websocket.accept()
     try:
         refuse_if_draining(websocket.app)

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import structlog
-from fastapi import APIRouter, WebSocket
+from fastapi import WebSocket
 
 from parley.auth.identity import IdentityResolver, Presented, require_role
 from parley.auth.principal import OrgContext
@@ -64,13 +64,10 @@ __all__ = [
     "EnginesFactory",
     "SessionTurns",
     "phrases_for",
-    "router",
     "session_audio_socket",
 ]
 
 log = structlog.get_logger("parley.voice.ws")
-
-router = APIRouter(prefix="/api/sessions", tags=["Sessions"])
 
 
 # The identity resolver's typed errors, as WebSocket close codes.
@@ -205,9 +202,10 @@ class _SocketCall(VoiceCall):
             self.error("unknown_message", 'Unknown control message; the client may send {"type": "end"}.')
 
 
-@router.websocket("/{sessionId}/audio", name="session_audio_socket")
 async def session_audio_socket(websocket: WebSocket, sessionId: str) -> None:
-    """Talk to a session: PCM16 mono 16 kHz audio in and out, JSON events (docs/voice.md)."""
+    """Talk to a session: PCM16 mono 16 kHz audio in and out, JSON events (docs/voice.md).
+
+    Served at ``/api/sessions/{sessionId}/audio`` by :mod:`parley.sessions.router`."""
     await websocket.accept()
     try:
         refuse_if_draining(websocket.app)
