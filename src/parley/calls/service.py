@@ -16,7 +16,14 @@ from ulid import ULID
 from parley.auth.principal import OrgContext
 from parley.brain.models import BrainSignal
 from parley.calls import rules, sentiment
-from parley.calls.contracts import CallRecordIn, ToolCallRecord, TurnMetrics, TurnRecord, UsageRecord
+from parley.calls.contracts import (
+    VOICE_FIELDS,
+    CallRecordIn,
+    ToolCallRecord,
+    TurnMetrics,
+    TurnRecord,
+    UsageRecord,
+)
 from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
@@ -167,14 +174,7 @@ async def _queue_sentiment(session: AsyncSession, jobs: JobQueue, call: Call) ->
     after_commit(session, enqueue)
 
 
-VOICE_METRICS = (
-    "stt_final_ms",
-    "stt_engine_ms",
-    "llm_first_token_ms",
-    "tts_first_byte_ms",
-    "voice_to_voice_ms",
-    "interrupted",
-)
+VOICE_METRICS = VOICE_FIELDS  # the name other modules import
 
 
 async def call_of_session(session: AsyncSession, organization_id: str, session_id: str) -> Call | None:

@@ -215,3 +215,20 @@ def recording_of(live: dict[str, Any], call: dict[str, Any]) -> tuple[wave._wave
 
 def rms(samples: np.ndarray) -> float:
     return float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) if samples.size else 0.0
+
+
+async def greeted(
+    ws: ClientConnection, frames: int, audio: list[bytes] | None = None
+) -> list[dict[str, Any]]:
+    """``ready``, then the flow's opening: its ``agent_text`` and ``frames`` frames of its audio."""
+    events = [json.loads(await asyncio.wait_for(ws.recv(), 10))]
+    assert events[0]["type"] == "ready", events
+    heard = audio if audio is not None else []
+    start = len(heard)
+    while not any(e["type"] == "agent_text" for e in events) or len(heard) - start < frames:
+        message = await asyncio.wait_for(ws.recv(), 10)
+        if isinstance(message, bytes):
+            heard.append(message)
+        else:
+            events.append(json.loads(message))
+    return events
