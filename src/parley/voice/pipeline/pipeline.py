@@ -325,6 +325,7 @@ class VoicePipeline:
         if event is not None and event.kind == "start":
             self._emit(SpeechStarted(event.at_ms))
             self._last_activity = now
+            self.reprompts = 0  # the caller is there
             await self._open_utterance(event.audio, now)
             utterance = self._utterance
             if utterance is not None and utterance.over_agent:
@@ -460,7 +461,7 @@ class VoicePipeline:
                 WarningFrame("answer_before_question", "An answer came before its question; asking again.")
             )
             if utterance.interrupted or not self.agent_speaking:
-                self._say_again(utterance.resume[-1:] or self._question)
+                self._say_again(utterance.resume or self._question)
             return
         if utterance.over_agent and not utterance.interrupted and self.agent_speaking:
             self.interrupt()  # the caller answered while the agent finished: stop talking, answer
