@@ -58,9 +58,10 @@ class Fakes:
         self.stt = ScriptedStt()
         self.tts = FrameTts(frames=5)
         self.vad = RecordingVad()
+        self.fallback_tts: FrameTts | None = None
 
     def __call__(self) -> Engines:
-        return Engines(self.stt, self.tts, self.vad)
+        return Engines(self.stt, self.tts, self.vad, fallback_tts=self.fallback_tts)
 
 
 @pytest.fixture(scope="module", params=["sqlite", pg.ENGINE_NAME])
@@ -121,10 +122,21 @@ def live(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterato
         }
 
 
-def new_session(live: dict[str, Any], channel: str = "web") -> str:
+def publish_flow(live: dict[str, Any], name: str, definition: dict[str, Any]) -> str:
+    """A published flow of the test organization (for a test's own voice settings)."""
+    flow = httpx.post(
+        f"{live['url']}/api/flows", json={"name": name, "definition": definition}, headers=live["headers"]
+    )
+    assert flow.status_code == 200, flow.text
+    published = httpx.post(f"{live['url']}/api/flows/{flow.json()['id']}/publish", headers=live["headers"])
+    assert published.status_code == 200, published.text
+    return str(flow.json()["id"])
+
+
+def new_session(live: dict[str, Any], channel: str = "web", flow: str | None = None) -> str:
     created = httpx.post(
         f"{live['url']}/api/sessions",
-        json={"flow_id": live["flow"], "voiced": True, "channel": channel},
+        json={"flow_id": flow or live["flow"], "voiced": True, "channel": channel},
         headers=live["headers"],
     )
     assert created.status_code == 200, created.text
