@@ -486,7 +486,8 @@ class VoicePipeline:
                 return
             pending = asyncio.create_task(self.turns.turn(text))
             try:
-                await self._fill_while(pending)
+                since = metrics.last_voiced if metrics.last_voiced is not None else metrics.speech_end
+                await self._fill_while(pending, since)
                 reply = await pending
             except Exception as exc:
                 code = _code(exc)
@@ -521,14 +522,15 @@ class VoicePipeline:
             self.ended = True
             self._emit(EndFrame(reply.outcome, reply.reason))
 
-    async def _fill_while(self, pending: asyncio.Task[TurnReply]) -> None:
-        """Wait for the turn; while it is slower than ``filler_after_ms``, say a filler line (again
-        after each further ``filler_after_ms`` of silence). A filler is spoken to its end before the
-        answer begins: the answer's audio queues behind it, never over it."""
-        wait = self.config.filler_after_ms / 1000
-        if wait <= 0:
+    async def _fill_while(self, pending: asyncio.Task[TurnReply], since: float) -> None:
+        """Wait for the turn; once the caller has heard ``filler_after_ms`` of silence (counted from
+        ``since``, their last voiced frame: the endpointing wait is silence too), say a filler line,
+        and again after each further ``filler_after_ms`` of silence. A filler is spoken to its end
+        before the answer begins: the answer's audio queues behind it, never over it."""
+        if self.config.filler_after_ms <= 0:
             await asyncio.wait({pending})
             return
+        wait = max(0.0, since + self.config.filler_after_ms / 1000 - self.clock())
         line = self.lines.filler
         while True:
             done, _ = await asyncio.wait({pending}, timeout=wait)
