@@ -29,6 +29,7 @@ from parley.calls.service import attach_voice, call_of_session, recording_blob_k
 from parley.flows.definition import CollectNode, FlowDefinition, TurnTaking
 from parley.kit.errors import NotFound, ParleyError
 from parley.kit.jobs import runner_for
+from parley.runtime.engine import TextSink
 from parley.runtime.state import ConversationState
 from parley.sessions import locks, service
 from parley.sessions.registry import ControlMessage, registry_for
@@ -151,10 +152,20 @@ class SessionTurns:
         self.app, self.context, self.session_id = app, context, session_id
 
     async def turn(self, text: str) -> TurnReply:
+        return await self.stream_turn(text, None)
+
+    async def stream_turn(self, text: str, on_text: TextSink | None) -> TurnReply:
+        """The turn; an ``llm`` node's answer goes to ``on_text`` piece by piece as it is generated."""
         state = self.app.state
         async with locks.hold(self.session_id), locks.turn_slot(self.app):
             row, result = await service.send_message_committed(
-                state.db, state.settings, self.context, self.session_id, text, jobs=runner_for(state)
+                state.db,
+                state.settings,
+                self.context,
+                self.session_id,
+                text,
+                on_text=on_text,
+                jobs=runner_for(state),
             )
         conversation = ConversationState.from_json(row.state)
         phrases, expect = None, None

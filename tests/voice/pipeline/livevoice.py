@@ -89,6 +89,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterato
         database_url=url,
         auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
         rate_limit_per_minute=0,
+        outbound_allowlist=["127.0.0.1"],  # the local LLM stub
         log_level="WARNING",
         log_json=False,
     )

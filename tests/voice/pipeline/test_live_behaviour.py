@@ -20,6 +20,7 @@ from parley.voice.pipeline.frames import (
     Interrupt,
     MetricsFrame,
     SpeechEnded,
+    ToolCallFrame,
     WarningFrame,
 )
 from parley.voice.pipeline.pipeline import Expect, PipelineConfig, TurnReply, VoicePipeline
@@ -347,3 +348,69 @@ async def test_the_caller_speaking_resets_the_re_prompts() -> None:
     frames = await collect_until(pipeline, MetricsFrame)
     assert turns.texts == ["one"] and pipeline.reprompts == 0
     await pipeline.aclose()
+
+
+class StreamingTurns(FakeTurns):
+    """An ``llm`` answer generated piece by piece; the rest waits until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.cancelled = False
+
+    async def stream_turn(self, text: str, on_text: Any) -> TurnReply:
+        self.texts.append(text)
+        try:
+            await on_text("llm", "Your car ")
+            await on_text("llm", "is ready. It costs")
+            await self.release.wait()
+            await on_text("llm", " forty euros.")
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        events = [
+            AgentEvent("tool_call", "llm", data={"tool": "order_lookup", "status": "ok"}),
+            AgentEvent("say", "llm", "Your car is ready. It costs forty euros."),
+        ]
+        return TurnReply(TurnResult(events=events, llm_first_token_ms=5.0), metrics_index=len(self.texts))
+
+
+async def test_an_llm_answer_is_spoken_sentence_by_sentence_while_it_is_generated() -> None:
+    stt, tts, turns = ScriptedStt("where is my car"), FrameTts(frames=3), StreamingTurns()
+    pipeline = make(stt, tts, turns)
+    for frame in [SPEECH] * 10 + [SILENCE] * 30:
+        await pipeline.push_audio(frame)
+    frames = await collect_until(pipeline, AgentSpoken)
+    # the first sentence is heard while the answer is still being generated
+    assert [f.text for f in frames if isinstance(f, AgentText)] == ["Your car is ready."]
+    assert sum(isinstance(f, AudioOut) for f in frames) == 3 and not turns.release.is_set()
+    turns.release.set()
+    frames += await collect_until(pipeline, MetricsFrame)
+    assert [f.text for f in frames if isinstance(f, AgentText)] == [
+        "Your car is ready.",
+        "It costs forty euros.",
+    ]
+    assert tts.texts == ["Your car is ready.", "It costs forty euros."]  # nothing said twice
+    assert any(isinstance(f, ToolCallFrame) for f in frames)  # the LLM turn's tool call still reported
+    metrics = frames[-1]
+    assert isinstance(metrics, MetricsFrame) and metrics.metrics["voice_to_voice_ms"] is not None
+
+
+async def test_an_interruption_cancels_the_generation() -> None:
+    stt, tts, turns = ScriptedStt("where is my car", "stop"), FrameTts(frames=300), StreamingTurns()
+    pipeline = make(stt, tts, turns)
+    for frame in [SPEECH] * 10 + [SILENCE] * 30:
+        await pipeline.push_audio(frame)
+    seen: list[Frame] = []
+    while sum(isinstance(f, AudioOut) for f in seen) < 3:
+        seen.append(await asyncio.wait_for(pipeline.out.get(), 10))
+    for frame in [SPEECH] * 15:  # the caller speaks over the first sentence
+        await pipeline.push_audio(frame)
+    await collect_until(pipeline, Interrupt)
+
+    async def cancelled() -> None:
+        while not turns.cancelled:
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(cancelled(), 10)
+    assert not turns.release.is_set()

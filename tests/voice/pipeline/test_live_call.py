@@ -7,10 +7,13 @@ import copy
 import json
 from typing import Any
 
+import httpx
 from websockets.asyncio.client import connect
 
 from parley.kit.db import Database
 from parley.voice.lines import SpokenLines
+from tests.live import serve_in_thread
+from tests.stubs.openai import StubState, make_openai_stub
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, FrameTts
 from tests.voice.pipeline.livevoice import (
     DIGITS_FLOW,
@@ -165,3 +168,51 @@ async def test_a_slow_turn_gets_a_filler_before_its_answer(live: dict[str, Any])
         events = await events_until(ws, "end")
     lines = said(events)
     assert lines[0] == EN.filler and lines[-1] == "Thanks, your number is 12."
+
+
+async def test_an_llm_answer_is_spoken_while_it_is_generated(live: dict[str, Any]) -> None:
+    """The local OpenAI-compatible stub streams its answer word by word; the agent speaks each
+    sentence as soon as it is whole, and says nothing twice."""
+    stub = StubState(slow_seconds=1.0)  # "slow": a word every 100 ms
+    with serve_in_thread(make_openai_stub(stub)) as llm_url:
+        configured = httpx.put(
+            f"{live['url']}/api/providers/openai/config",
+            json={"api_key": stub.api_key, "base_url": f"{llm_url}/v1", "model": "slow"},
+            headers=live["headers"],
+        )
+        assert configured.status_code == 200, configured.text
+        flow = publish_flow(
+            live,
+            "Chat",
+            {
+                "language": "en",
+                "start_node": "hello",
+                "nodes": [
+                    {"id": "hello", "type": "say", "text": "Hello, how can I help?", "next": "chat"},
+                    {
+                        "id": "chat",
+                        "type": "llm",
+                        "system_prompt": "Answer briefly.",
+                        "transitions": [
+                            {"name": "goodbye", "description": "The caller is done.", "next": "bye"}
+                        ],
+                        "max_turns": 5,
+                    },
+                    {"id": "bye", "type": "end", "text": "Goodbye!"},
+                ],
+            },
+        )
+        fakes = use_fakes(live, "where is my car. tell me now")
+        session_id = new_session(live, flow=flow)
+        async with connect(
+            f"{live['ws']}/api/sessions/{session_id}/audio", additional_headers=live["headers"]
+        ) as ws:
+            await greeted(ws, 5)
+            for frame in [SPEECH] * 10 + [SILENCE] * 40:
+                await ws.send(frame)
+            events = await events_until(ws, "metrics")
+            await ws.send(json.dumps({"type": "end"}))
+            await events_until(ws, "end")
+    assert said(events) == ["You said:", "where is my car.", "tell me now"]
+    assert fakes.tts.texts == ["Hello, how can I help?", "You said:", "where is my car.", "tell me now"]
+    assert stub.completed_streams >= 1

@@ -32,16 +32,17 @@ answered turn's figures are kept in :attr:`VoicePipeline.timings` (for the call 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
 from parley.calls.contracts import VoiceTurnMetrics
 from parley.kit.metrics import observe_turn
-from parley.runtime.engine import AgentEvent, TurnResult
+from parley.runtime.engine import AgentEvent, TextSink, TurnResult
 from parley.voice.engines.base import SttEngine, SttStream, TtsEngine, Vad
 from parley.voice.engines.vad import SegmentEvent, SpeechSegmenter
 from parley.voice.lines import SpokenLines
@@ -159,6 +160,44 @@ class TurnPort(Protocol):
     async def turn(self, text: str) -> TurnReply:
         """Run the session's turn for the caller's ``text``; raise a ``ParleyError`` when it fails."""
         ...
+
+
+@runtime_checkable
+class StreamingTurnPort(TurnPort, Protocol):
+    """A turn port whose ``llm`` answers arrive piece by piece: ``on_text(node_id, piece)``."""
+
+    async def stream_turn(self, text: str, on_text: TextSink) -> TurnReply: ...
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?…:;])\s+")
+
+
+class _Generated:
+    """An ``llm`` answer's sentences as they are generated, queued for speaking before the turn ends."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, str] = {}  # per node: text not yet a whole sentence
+        self.spoken: dict[str, str] = {}  # per node: the sentences handed to synthesis
+        self.sentences: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
+        self.count = 0
+
+    async def add(self, node_id: str, piece: str) -> None:
+        text = self.pending.get(node_id, "") + piece
+        *whole, rest = _SENTENCE_END.split(text)
+        self.pending[node_id] = rest
+        for sentence in whole:
+            if sentence.strip():
+                self.spoken[node_id] = self.spoken.get(node_id, "") + sentence + " "
+                self.count += 1
+                self.sentences.put_nowait((node_id, sentence.strip()))
+
+    def rest_of(self, node_id: str | None, text: str) -> str:
+        """What of the final ``text`` was not spoken yet (all of it when it differs from the stream)."""
+        spoken = " ".join(self.spoken.get(node_id or "", "").split())
+        said = " ".join(text.split())
+        if spoken and said.startswith(spoken):
+            return said[len(spoken) :].strip()
+        return text
 
 
 @dataclass(frozen=True)
@@ -292,6 +331,8 @@ class VoicePipeline:
         self._question: list[str] = []  # the last reply's last sentence (asked again on a re-prompt)
         self._last_activity = self.clock()
         self._watcher: asyncio.Task[None] | None = None
+        self._generating: asyncio.Task[TurnReply] | None = None  # the turn running now
+        self._streaming: asyncio.Task[None] | None = None  # a generated sentence being spoken
         self.timings: list[TurnTimings] = []
         self.muted = False  # nobody listens any more (hang-up): answers are committed, not spoken
 
@@ -371,6 +412,8 @@ class VoicePipeline:
         task = self._speaking
         if task is not None and not task.done():
             task.cancel()
+        if self._generating is not None and self._streaming is not None:
+            self._generating.cancel()  # an answer spoken while generated: stop generating it too
         self._playout_until = 0.0
         self.interruptions += 1
         self.out.put(Interrupt(self._speaking_turn))  # drops the queued agent audio as well
@@ -484,12 +527,27 @@ class VoicePipeline:
         async with self._turn_lock:
             if self.ended:
                 return
-            pending = asyncio.create_task(self.turns.turn(text))
+            generated: _Generated | None = None
+            if isinstance(self.turns, StreamingTurnPort) and not self.muted:
+                generated = _Generated()
+                pending = asyncio.create_task(self.turns.stream_turn(text, generated.add))
+                self._spawn(self._speak_generated(self.turn_index + 1, generated, metrics))
+            else:
+                pending = asyncio.create_task(self.turns.turn(text))
+            self._generating = pending
             try:
                 since = metrics.last_voiced if metrics.last_voiced is not None else metrics.speech_end
-                await self._fill_while(pending, since)
+                await self._fill_while(pending, since, generated)
                 reply = await pending
+            except asyncio.CancelledError:
+                if generated is not None:
+                    generated.sentences.put_nowait(None)
+                if not pending.cancelled():
+                    raise
+                return  # the caller interrupted the answer while it was generated: nothing to say
             except Exception as exc:
+                if generated is not None:
+                    generated.sentences.put_nowait(None)
                 code = _code(exc)
                 self._emit(ErrorFrame(code, _safe(exc, "The turn could not be run; say it again.")))
                 if code == "session_ended":  # ended elsewhere (/end, the idle sweeper)
@@ -499,7 +557,12 @@ class VoicePipeline:
                 await self._failed(self.lines.failure, "turn_failed")
                 return
             finally:
+                self._generating = None
                 self._last_activity = self.clock()
+            if generated is not None:  # the sentences spoken while generating, then the rest
+                generated.sentences.put_nowait(None)
+                await self._streamed_done(generated)
+                reply = _rest(reply, generated)
             self._failures = 0
             self.turn_index += 1
             self._set_expect(reply.expect, reply.phrases)
@@ -522,7 +585,39 @@ class VoicePipeline:
             self.ended = True
             self._emit(EndFrame(reply.outcome, reply.reason))
 
-    async def _fill_while(self, pending: asyncio.Task[TurnReply], since: float) -> None:
+    async def _speak_generated(self, turn: int, generated: _Generated, metrics: TurnTimings) -> None:
+        """Speak an ``llm`` answer sentence by sentence while it is generated (after a filler)."""
+        started = self.clock()
+        while (item := await generated.sentences.get()) is not None:
+            node_id, sentence = item
+            while self._speaking is not None and not self._speaking.done():
+                await asyncio.wait({self._speaking})  # a filler finishes first
+            if self.muted or self.ended:
+                continue
+            reply = TurnReply(TurnResult(events=[AgentEvent("say", node_id, sentence)]))
+            self._says, self._starts = [sentence], []
+            speaking = asyncio.create_task(self._speak(turn, reply, metrics, started))
+            self._speaking, self._speaking_turn = speaking, turn
+            self._streaming = speaking
+            try:
+                await asyncio.shield(speaking)
+            except asyncio.CancelledError:
+                if not speaking.cancelled():
+                    raise
+        self._streaming = None
+
+    async def _streamed_done(self, generated: _Generated) -> None:
+        while not generated.sentences.empty() or self._streaming is not None:
+            if self._streaming is not None and not self._streaming.done():
+                await asyncio.wait({self._streaming})
+            else:
+                await asyncio.sleep(0)
+            if generated.sentences.empty() and (self._streaming is None or self._streaming.done()):
+                break
+
+    async def _fill_while(
+        self, pending: asyncio.Task[TurnReply], since: float, generated: _Generated | None = None
+    ) -> None:
         """Wait for the turn; once the caller has heard ``filler_after_ms`` of silence (counted from
         ``since``, their last voiced frame: the endpointing wait is silence too), say a filler line,
         and again after each further ``filler_after_ms`` of silence. A filler is spoken to its end
@@ -536,8 +631,8 @@ class VoicePipeline:
             done, _ = await asyncio.wait({pending}, timeout=wait)
             if done:
                 return
-            if self.muted or self.ended:
-                await asyncio.wait({pending})
+            if self.muted or self.ended or (generated is not None and generated.count):
+                await asyncio.wait({pending})  # the answer is being spoken already
                 return
             self.fillers += 1
             filler = self._start_speaking(self.turn_index, _says([line]), TurnTimings(self.clock()))
@@ -580,8 +675,10 @@ class VoicePipeline:
         self._speaking, self._speaking_turn = speaking, turn
         return speaking
 
-    async def _speak(self, turn: int, reply: TurnReply, metrics: TurnTimings) -> None:
-        started = self.clock()
+    async def _speak(
+        self, turn: int, reply: TurnReply, metrics: TurnTimings, started: float | None = None
+    ) -> None:
+        started = self.clock() if started is None else started
         for event in reply.result.events:
             if event.type == "tool_call":
                 self._emit(ToolCallFrame(event.data, event.node_id))
@@ -742,6 +839,19 @@ class VoicePipeline:
             if utterance.reader is not None:
                 utterance.reader.cancel()
             await utterance.stream.aclose()
+
+
+def _rest(reply: TurnReply, generated: _Generated) -> TurnReply:
+    """``reply`` without what was spoken while it was generated."""
+    events = []
+    for event in reply.result.events:
+        if event.type == "say" and event.text and event.node_id in generated.spoken:
+            rest = generated.rest_of(event.node_id, event.text)
+            if not rest:
+                continue
+            event = AgentEvent("say", event.node_id, rest, data=event.data)
+        events.append(event)
+    return replace(reply, result=replace(reply.result, events=events))
 
 
 def _says(texts: Sequence[str]) -> TurnReply:
