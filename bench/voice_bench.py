@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import statistics
 import sys
@@ -771,6 +772,136 @@ async def first_audio_after_connect(trials: int) -> None:
     print("\ntarget: ≤ 1 s")
 
 
+LLM_CALLER = (
+    "where is my car. I brought it in on Monday for new brakes and I would like to know when I can "
+    "pick it up again"
+)
+
+
+async def llm_turn(trials: int) -> None:
+    """A voiced ``llm`` turn over a real server (uvicorn, SQLite, the runtime and its LLM client)
+    against the local OpenAI-compatible stub streaming 30 words a second; eSpeak NG speaks, the
+    caller's words come from an instant recognizer. From the caller's last frame: when the first
+    sentence was whole (its ``agent_text``), the first agent audio, and the whole answer (its last
+    ``agent_text``: before streaming, the first audio could only follow that)."""
+    import tempfile
+
+    import httpx
+    from tests.conftest import JWT_SECRET, make_token
+    from tests.live import serve_in_thread
+    from tests.stubs.openai import StubState, make_openai_stub
+    from websockets.asyncio.client import connect
+
+    from parley.app import create_app
+    from parley.config import Settings
+    from parley.kit.migrate import upgrade
+    from parley.voice.session_call import Engines
+
+    stub = StubState(slow_seconds=10 / 30)  # model "slow": a word every 1/30 s
+    print(f"\n## 6e. LLM turn streamed into speech (stub at 30 words/s, eSpeak NG, {trials} turns)\n")
+    rows: list[tuple[float, float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp, serve_in_thread(make_openai_stub(stub)) as llm_url:
+        url = f"sqlite+aiosqlite:///{tmp}/bench.db"
+        await asyncio.to_thread(upgrade, url)
+        settings = Settings(
+            data_dir=Path(tmp),
+            database_url=url,
+            auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
+            rate_limit_per_minute=0,
+            outbound_allowlist=["127.0.0.1"],
+            log_level="WARNING",
+            log_json=False,
+        )
+        app = create_app(settings)
+        app.state.voice_engines = lambda: Engines(
+            InstantStt(LLM_CALLER), EspeakTts("en-us"), LoudnessVad(), "en-us"
+        )
+        with serve_in_thread(app) as base:
+            headers = {"Authorization": f"Bearer {make_token('bench')}"}
+            async with httpx.AsyncClient(base_url=base, headers=headers) as client:
+                org = (await client.post("/api/organizations", json={"name": "Bench"})).json()["id"]
+                client.headers["X-Organization-Id"] = org
+                await client.put(
+                    "/api/providers/openai/config",
+                    json={"api_key": stub.api_key, "base_url": f"{llm_url}/v1", "model": "slow"},
+                )
+                definition = {
+                    "language": "en",
+                    "start_node": "chat",
+                    "nodes": [
+                        {
+                            "id": "chat",
+                            "type": "llm",
+                            "system_prompt": "Answer briefly.",
+                            "max_turns": 50,
+                            "transitions": [
+                                {"name": "bye", "description": "The caller is done.", "next": "bye"}
+                            ],
+                        },
+                        {"id": "bye", "type": "end", "text": "Goodbye!"},
+                    ],
+                }
+                created = await client.post("/api/flows", json={"name": "Chat", "definition": definition})
+                assert created.status_code == 200, created.text
+                flow = created.json()["id"]
+                await client.post(f"/api/flows/{flow}/publish")
+                for _ in range(trials + 1):  # the first is a warm-up
+                    session = (
+                        await client.post("/api/sessions", json={"flow_id": flow, "voiced": True})
+                    ).json()
+                    ws_url = base.replace("http://", "ws://") + f"/api/sessions/{session['id']}/audio"
+                    async with connect(
+                        ws_url, additional_headers={**headers, "X-Organization-Id": org}
+                    ) as ws:
+                        await ws.recv()  # ready
+                        for frame in [SPEECH] * 10:
+                            await ws.send(frame)
+                        spoke = time.perf_counter()
+                        for frame in [SILENCE] * 40:
+                            await ws.send(frame)
+                        first_text = first_audio = last_text = 0.0
+                        while True:
+                            message = await asyncio.wait_for(ws.recv(), 30)
+                            now = time.perf_counter()
+                            if isinstance(message, bytes):
+                                first_audio = first_audio or now
+                                continue
+                            event = json.loads(message)
+                            if event["type"] == "agent_text":
+                                first_text = first_text or now
+                                last_text = now
+                            if event["type"] == "metrics":
+                                break
+                        await ws.send('{"type": "end"}')
+                        with contextlib.suppress(Exception):
+                            while True:
+                                await ws.recv()
+                    rows.append(
+                        (
+                            (first_text - spoke) * 1000,
+                            (first_audio - spoke) * 1000,
+                            (last_text - spoke) * 1000,
+                        )
+                    )
+    rows = rows[1:]
+    sentence = [r[0] for r in rows]
+    audio = [r[1] for r in rows]
+    whole = [r[2] for r in rows]
+    gap = [a - s for s, a, _ in rows]
+    print("| from the caller's last voiced frame (audio sent at once: the hangover takes no time here) | p50 ms | max ms |")
+    print("|---|---|---|")
+    print(
+        f"| first sentence whole (its agent_text) | {statistics.median(sentence):.0f} | {max(sentence):.0f} |"
+    )
+    print(f"| first agent audio | {statistics.median(audio):.0f} | {max(audio):.0f} |")
+    print(
+        f"| whole answer generated (before: the earliest first audio) | {statistics.median(whole):.0f} | {max(whole):.0f} |"
+    )
+    print(
+        f"\nfirst audio − first sentence: p50 {statistics.median(gap):.0f} ms, max {max(gap):.0f} ms (target ≤ 150 ms)"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -797,6 +928,7 @@ async def main() -> None:
         await order_number_turn(args.live)
         await dead_air(args.tool_seconds)
         await reprompt_timing(max(1, args.live // 3), args.reprompt_ms)
+        await llm_turn(args.live)
         if not args.trials and not args.turns:
             return
     if args.trials:
