@@ -888,7 +888,9 @@ async def llm_turn(trials: int) -> None:
     audio = [r[1] for r in rows]
     whole = [r[2] for r in rows]
     gap = [a - s for s, a, _ in rows]
-    print("| from the caller's last voiced frame (audio sent at once: the hangover takes no time here) | p50 ms | max ms |")
+    print(
+        "| from the caller's last voiced frame (audio sent at once: the hangover takes no time here) | p50 ms | max ms |"
+    )
     print("|---|---|---|")
     print(
         f"| first sentence whole (its agent_text) | {statistics.median(sentence):.0f} | {max(sentence):.0f} |"

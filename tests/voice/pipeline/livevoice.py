@@ -4,6 +4,7 @@ uvicorn server, an organization with a published digits flow, fake engines and c
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
 import json
 import time
@@ -132,6 +133,13 @@ def publish_flow(live: dict[str, Any], name: str, definition: dict[str, Any]) ->
     published = httpx.post(f"{live['url']}/api/flows/{flow.json()['id']}/publish", headers=live["headers"])
     assert published.status_code == 200, published.text
     return str(flow.json()["id"])
+
+
+def flow_with(live: dict[str, Any], name: str, **turn_taking: Any) -> str:
+    """A published copy of the digits flow with these ``voice.turn_taking`` settings."""
+    definition = copy.deepcopy(DIGITS_FLOW)
+    definition["voice"] = {"turn_taking": turn_taking}
+    return publish_flow(live, name, definition)
 
 
 def new_session(live: dict[str, Any], channel: str = "web", flow: str | None = None) -> str:

@@ -3,7 +3,6 @@ the opening, the `end` event whichever side ends, re-prompts, false interruption
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
@@ -16,10 +15,10 @@ from tests.live import serve_in_thread
 from tests.stubs.openai import StubState, make_openai_stub
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, FrameTts
 from tests.voice.pipeline.livevoice import (
-    DIGITS_FLOW,
     call_record_when,
     close_code,
     events_until,
+    flow_with,
     greeted,
     new_session,
     publish_flow,
@@ -28,12 +27,6 @@ from tests.voice.pipeline.livevoice import (
 )
 
 EN = SpokenLines.for_language("en")
-
-
-def flow_with(live: dict[str, Any], name: str, **turn_taking: Any) -> str:
-    definition = copy.deepcopy(DIGITS_FLOW)
-    definition["voice"] = {"turn_taking": turn_taking}
-    return publish_flow(live, name, definition)
 
 
 def said(events: list[dict[str, Any]]) -> list[str]:
