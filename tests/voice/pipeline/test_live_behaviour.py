@@ -414,3 +414,21 @@ async def test_an_interruption_cancels_the_generation() -> None:
 
     await asyncio.wait_for(cancelled(), 10)
     assert not turns.release.is_set()
+
+
+async def test_an_interrupted_streamed_answer_does_not_go_on_after_the_turn_finished() -> None:
+    stt, tts, turns = ScriptedStt("where is my car", "stop"), FrameTts(frames=300), StreamingTurns()
+    turns.release.set()  # the whole answer is generated while its first sentence plays
+    pipeline = make(stt, tts, turns)
+    for frame in [SPEECH] * 10 + [SILENCE] * 30:
+        await pipeline.push_audio(frame)
+    seen: list[Frame] = []
+    while sum(isinstance(f, AudioOut) for f in seen) < 3:
+        seen.append(await asyncio.wait_for(pipeline.out.get(), 10))
+    for frame in [SPEECH] * 15:
+        await pipeline.push_audio(frame)
+    seen += await collect_until(pipeline, Interrupt)
+    seen += await collect_until(pipeline, MetricsFrame)
+    assert [f.text for f in seen if isinstance(f, AgentText)] == ["Your car is ready."]
+    metrics = seen[-1]
+    assert isinstance(metrics, MetricsFrame) and metrics.metrics["interrupted"] is True

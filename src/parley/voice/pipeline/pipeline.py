@@ -180,6 +180,8 @@ class _Generated:
         self.spoken: dict[str, str] = {}  # per node: the sentences handed to synthesis
         self.sentences: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
         self.count = 0
+        self.finished = asyncio.Event()  # every queued sentence has been spoken (or dropped)
+        self.interrupted = False  # the caller cut a sentence off: the rest is not said
 
     async def add(self, node_id: str, piece: str) -> None:
         text = self.pending.get(node_id, "") + piece
@@ -563,6 +565,10 @@ class VoicePipeline:
                 generated.sentences.put_nowait(None)
                 await self._streamed_done(generated)
                 reply = _rest(reply, generated)
+                if generated.interrupted:
+                    metrics.figures.interrupted = True
+                    kept = [e for e in reply.result.events if e.type != "say"]
+                    reply = replace(reply, result=replace(reply.result, events=kept))
             self._failures = 0
             self.turn_index += 1
             self._set_expect(reply.expect, reply.phrases)
@@ -588,6 +594,15 @@ class VoicePipeline:
     async def _speak_generated(self, turn: int, generated: _Generated, metrics: TurnTimings) -> None:
         """Speak an ``llm`` answer sentence by sentence while it is generated (after a filler)."""
         started = self.clock()
+        try:
+            await self._speak_sentences(turn, generated, metrics, started)
+        finally:
+            self._streaming = None
+            generated.finished.set()
+
+    async def _speak_sentences(
+        self, turn: int, generated: _Generated, metrics: TurnTimings, started: float
+    ) -> None:
         while (item := await generated.sentences.get()) is not None:
             node_id, sentence = item
             while self._speaking is not None and not self._speaking.done():
@@ -604,16 +619,12 @@ class VoicePipeline:
             except asyncio.CancelledError:
                 if not speaking.cancelled():
                     raise
-        self._streaming = None
+                generated.interrupted = True
+                return  # interrupted: the sentences after it are not said
 
     async def _streamed_done(self, generated: _Generated) -> None:
-        while not generated.sentences.empty() or self._streaming is not None:
-            if self._streaming is not None and not self._streaming.done():
-                await asyncio.wait({self._streaming})
-            else:
-                await asyncio.sleep(0)
-            if generated.sentences.empty() and (self._streaming is None or self._streaming.done()):
-                break
+        """Wait until every sentence spoken while generating has been handed out."""
+        await generated.finished.wait()
 
     async def _fill_while(
         self, pending: asyncio.Task[TurnReply], since: float, generated: _Generated | None = None
