@@ -15,9 +15,13 @@
    200 ms ahead); every output frame's lateness against its playout time. Side by side: a bare pacing
    loop (the same timers and frames, no pipeline).
 4. **CPU and memory per session**: from (3), and for the offline engines (a few real sessions).
+6. **the live call** (``--live N``): first audio after connect over a real server, the demo's
+   order-number turn with the normal against the short hangover, dead air while a slow tool runs
+   (fillers off against on), the re-prompt time of a silent caller, and an ``llm`` turn against the
+   local OpenAI-compatible stub streaming 30 words a second (first sentence → first audio).
 
     .venv/bin/python bench/voice_bench.py [--trials 10] [--turns 2000] [--sessions 50,100,200]
-        [--seconds 10] [--offline-sessions 4] [--engines]
+        [--seconds 10] [--offline-sessions 4] [--engines] [--live 10 [--tool-seconds 5] [--reprompt-ms 6000]]
 
 ``--engines`` also prints ``python -m parley.voice.bench`` (eSpeak NG and PocketSphinx alone).
 """
