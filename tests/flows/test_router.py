@@ -123,6 +123,13 @@ def _tight_loop(d: dict[str, Any]) -> None:
     ]
 
 
+def _turn_taking(**settings: Any) -> Callable[[dict[str, Any]], None]:
+    def change(definition: dict[str, Any]) -> None:
+        definition.setdefault("voice", {})["turn_taking"] = settings
+
+    return change
+
+
 INVALID = [
     (
         "dangling target",
@@ -195,6 +202,18 @@ INVALID = [
         _set("ask_order", "kind", "choice"),
         ["nodes", "ask_order", "choices"],
         "choices",
+    ),
+    (
+        "short hangover longer than the node's",
+        _set("ask_order", "short_hangover_ms", 900),
+        ["nodes", "ask_order", "short_hangover_ms"],
+        "longer than the hangover",
+    ),
+    (
+        "short hangover longer than the flow's",
+        _turn_taking(hangover_ms=400, short_hangover_ms=500),
+        ["voice", "turn_taking", "short_hangover_ms"],
+        "longer than the hangover",
     ),
 ]
 

@@ -46,22 +46,36 @@ class ToolCallRecord(BaseModel):
     at: datetime
 
 
-class TurnMetrics(BaseModel):
-    """Latency of one agent turn; voice fields stay None for text sessions."""
+class VoiceTurnMetrics(BaseModel):
+    """What a caller experienced in one voiced turn (milliseconds): the one shape of the voice
+    pipeline's ``metrics`` event, the call record's voice fields and the Prometheus turn stages.
+
+    ``hangover_ms`` the caller's last voiced frame → the end of the turn (the endpointing wait);
+    ``stt_final_ms`` end of turn → final transcript; ``stt_engine_ms`` time inside the STT engine for
+    the utterance; ``llm_first_token_ms`` when the turn used an LLM; ``tts_first_byte_ms`` synthesis
+    start → first audio; ``voice_to_voice_ms`` the caller's last voiced frame → first agent audio out
+    (what the caller waited); ``interrupted`` the caller barged in on the answer."""
+
+    stt_final_ms: float | None = None
+    stt_engine_ms: float | None = None
+    llm_first_token_ms: float | None = None
+    tts_first_byte_ms: float | None = None
+    voice_to_voice_ms: float | None = None
+    hangover_ms: float | None = None
+    interrupted: bool | None = None
+
+
+# The voice fields a call record's turn entry takes from the pipeline.
+VOICE_FIELDS = tuple(VoiceTurnMetrics.model_fields)
+
+
+class TurnMetrics(VoiceTurnMetrics):
+    """Latency of one agent turn: the runtime's figures, and the voice ones (None for text sessions)."""
 
     turn_index: int
     engine_ms: float
     tool_ms: float | None = None
-    llm_first_token_ms: float | None = None
     llm_total_ms: float | None = None
-    # Voiced sessions (parley.voice): end of the caller's speech → final transcript, time spent inside
-    # the STT engine for the utterance, synthesis start → first audio, end of speech → first agent
-    # audio out, and whether the caller interrupted the answer.
-    stt_final_ms: float | None = None
-    stt_engine_ms: float | None = None
-    tts_first_byte_ms: float | None = None
-    voice_to_voice_ms: float | None = None
-    interrupted: bool | None = None
 
 
 class UsageRecord(BaseModel):

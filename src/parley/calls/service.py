@@ -18,6 +18,7 @@ from parley.auth.principal import OrgContext
 from parley.brain import service as brain
 from parley.brain.contracts import CallFacts
 from parley.calls.contracts import (
+    VOICE_FIELDS,
     CallRecordIn,
     ToolCallRecord,
     TurnMetrics,
@@ -154,14 +155,7 @@ class CallsForTheBrain:
             call.signal_types = sorted({*call.signal_types, signal_type})
 
 
-VOICE_METRICS = (
-    "stt_final_ms",
-    "stt_engine_ms",
-    "llm_first_token_ms",
-    "tts_first_byte_ms",
-    "voice_to_voice_ms",
-    "interrupted",
-)
+VOICE_METRICS = VOICE_FIELDS  # the name other modules import
 
 
 async def call_of_session(session: AsyncSession, organization_id: str, session_id: str) -> Call | None:

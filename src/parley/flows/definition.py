@@ -47,9 +47,39 @@ class SpeechSettings(DefinitionModel):
     model: str | None = Field(default=None, max_length=120)
 
 
+class TurnTaking(DefinitionModel):
+    """How a live call takes turns and fills silences (docs/flows.md, "Voice: turn-taking")."""
+
+    hangover_ms: int = Field(
+        default=600, ge=100, le=3000, description="Silence after the caller's speech that ends a turn."
+    )
+    short_hangover_ms: int = Field(
+        default=220,
+        ge=100,
+        le=3000,
+        description="The silence that ends a turn once a collect node's answer is complete.",
+    )
+    barge_in_min_ms: int = Field(
+        default=300, ge=60, le=3000, description="Caller speech needed to interrupt the agent."
+    )
+    barge_in_min_words: int = Field(
+        default=1, ge=0, le=10, description="Words an interruption must hold; fewer and the agent resumes."
+    )
+    filler_after_ms: int = Field(
+        default=1500, ge=0, le=30000, description="A turn slower than this gets a filler line; 0: never."
+    )
+    reprompt_after_ms: int = Field(
+        default=6000, ge=0, le=120000, description="Caller silence before a re-prompt; 0: never."
+    )
+    max_reprompts: int = Field(
+        default=2, ge=0, le=10, description="Re-prompts before the call ends as 'caller_silent'."
+    )
+
+
 class VoiceSettings(DefinitionModel):
     stt: SpeechSettings | None = None
     tts: SpeechSettings | None = None
+    turn_taking: TurnTaking = Field(default_factory=TurnTaking)
 
 
 class _Node(DefinitionModel):
@@ -80,6 +110,13 @@ class CollectNode(_Node):
     max_retries: int = Field(default=2, ge=0, le=10)
     on_failure: NodeId | None = Field(default=None, description="Where to go when the retries run out.")
     next: NodeId | None = None
+    # voice: this node's endpointing, over the flow's voice.turn_taking
+    hangover_ms: int | None = Field(
+        default=None, ge=100, le=3000, description="Voice: the silence that ends the caller's answer."
+    )
+    short_hangover_ms: int | None = Field(
+        default=None, ge=100, le=3000, description="Voice: the silence once the answer is complete."
+    )
 
 
 class ToolNode(_Node):

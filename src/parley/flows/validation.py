@@ -189,6 +189,7 @@ def _validate_definition(definition: FlowDefinition, resources: OrgResources) ->
         known |= assigned_variables(node)
 
     issues += _check_template(None, "prompt", definition.prompt, known)
+    issues += _turn_taking_rules(definition)
 
     for node in definition.nodes:
         for field, target, _kind in node_targets(node):
@@ -231,6 +232,35 @@ def _validate_definition(definition: FlowDefinition, resources: OrgResources) ->
         )
     # Keep the first report per (node, field, message), in order.
     return list(dict.fromkeys(issues))
+
+
+def _turn_taking_rules(definition: FlowDefinition) -> list[Issue]:
+    """The short hangover (an answer already complete) may not be longer than the normal one."""
+    taking = definition.voice.turn_taking
+    issues: list[Issue] = []
+    if taking.short_hangover_ms > taking.hangover_ms:
+        issues.append(
+            Issue(
+                None,
+                "voice.turn_taking.short_hangover_ms",
+                f"the short hangover ({taking.short_hangover_ms} ms) is longer than the hangover "
+                f"({taking.hangover_ms} ms)",
+            )
+        )
+    for node in definition.nodes:
+        if not isinstance(node, CollectNode):
+            continue
+        short = node.short_hangover_ms or taking.short_hangover_ms
+        normal = node.hangover_ms or taking.hangover_ms
+        if (node.short_hangover_ms or node.hangover_ms) and short > normal:
+            issues.append(
+                Issue(
+                    node.id,
+                    "short_hangover_ms",
+                    f"the short hangover ({short} ms) is longer than the hangover ({normal} ms)",
+                )
+            )
+    return issues
 
 
 def _node_rules(node: Any, known: set[str], resources: OrgResources) -> list[Issue]:

@@ -60,11 +60,13 @@ TURN_STAGES = (
     "stt_final",
     "tts_first_byte",
     "voice_to_voice",
+    "hangover",
 )
 TURN_LATENCY = Histogram(
     "parley_turn_latency_seconds",
     "Latency of one agent turn by stage: engine (flow work), tool, llm_first_token, llm_total; voice "
-    "turns add stt_final, tts_first_byte and voice_to_voice (end of caller speech to first agent audio)",
+    "turns add stt_final, tts_first_byte, hangover (the endpointing wait) and voice_to_voice (the caller's "
+    "last voiced audio to first agent audio)",
     ["stage"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0),
 )

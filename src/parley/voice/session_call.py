@@ -26,20 +26,23 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from parley.auth.principal import OrgContext
 from parley.calls.service import attach_voice, call_of_session, recording_blob_key
-from parley.flows.definition import CollectNode, FlowDefinition
+from parley.flows.definition import CollectNode, FlowDefinition, TurnTaking
 from parley.kit.db import unit_of_work
 from parley.kit.errors import NotFound, ParleyError
 from parley.kit.jobs import runner_for
 from parley.kit.lifecycle import lifecycle_of
+from parley.runtime.engine import TextSink
 from parley.runtime.state import ConversationState
 from parley.sessions import locks, service
 from parley.sessions.registry import ControlMessage, registry_for
 from parley.sessions.service import SessionEnded
 from parley.voice import registry
 from parley.voice.engines.base import SttEngine, TtsEngine, Vad
+from parley.voice.engines.espeak import EspeakTts
 from parley.voice.engines.vad import WebRtcVad
+from parley.voice.lines import SpokenLines
 from parley.voice.pipeline.frames import AudioOut, EndFrame, ErrorFrame, Frame, Interrupt, WarningFrame
-from parley.voice.pipeline.pipeline import PipelineConfig, TurnReply, VoicePipeline
+from parley.voice.pipeline.pipeline import Expect, PipelineConfig, TurnReply, VoicePipeline
 from parley.voice.recording import StereoRecorder
 
 log = structlog.get_logger("parley.voice.call")
@@ -69,6 +72,8 @@ class Engines:
     tts: TtsEngine
     vad: Vad
     voice: str | None = None
+    # the voice that speaks when ``tts`` fails (a vendor's outage): the offline eSpeak NG by default
+    fallback_tts: TtsEngine | None = None
 
 
 # Tests (and embedders) may set ``app.state.voice_engines`` to a callable answering :class:`Engines`.
@@ -97,6 +102,50 @@ def phrases_for(definition: FlowDefinition, node_id: str | None, language: str |
     return None
 
 
+def expect_of(definition: FlowDefinition, node_id: str | None, language: str | None) -> Expect | None:
+    """What the current collect node waits for (endpointing: when is its answer complete)."""
+    node = next((n for n in definition.nodes if n.id == node_id), None)
+    if not isinstance(node, CollectNode):
+        return None
+    return Expect(
+        kind=node.kind,
+        phrases=phrases_for(definition, node_id, language),
+        min_digits=node.min_length,
+        max_digits=node.max_length,
+        choices=node.choices,
+        hangover_ms=node.hangover_ms,
+        short_hangover_ms=node.short_hangover_ms,
+    )
+
+
+def pipeline_config(
+    definition: FlowDefinition, conversation: ConversationState, language: str, voice: str | None
+) -> PipelineConfig:
+    """The flow's turn-taking settings, spoken lines and current question for a live call."""
+    taking: TurnTaking = definition.voice.turn_taking
+    fallback = conversation.variables.get("fallback") or definition.variables.get("fallback")
+    node = conversation.current_node
+    return PipelineConfig(
+        sample_rate=SAMPLE_RATE,
+        frame_ms=FRAME_MS,
+        language=language,
+        phrases=phrases_for(definition, node, language),
+        expect=expect_of(definition, node, language),
+        voice=voice,
+        stop_ms=taking.hangover_ms,
+        short_stop_ms=taking.short_hangover_ms,
+        barge_in_min_ms=taking.barge_in_min_ms,
+        barge_in_min_words=taking.barge_in_min_words,
+        filler_after_ms=taking.filler_after_ms,
+        reprompt_after_ms=taking.reprompt_after_ms,
+        max_reprompts=taking.max_reprompts,
+        # a templated fallback line is left to the runtime; a plain one is spoken as it is
+        lines=SpokenLines.for_language(
+            language, fallback if isinstance(fallback, str) and "{" not in fallback else None
+        ),
+    )
+
+
 class SessionTurns:
     """The pipeline's turn port: one committed session turn, under the session's turn lock."""
 
@@ -104,17 +153,28 @@ class SessionTurns:
         self.app, self.context, self.session_id = app, context, session_id
 
     async def turn(self, text: str) -> TurnReply:
+        return await self.stream_turn(text, None)
+
+    async def stream_turn(self, text: str, on_text: TextSink | None) -> TurnReply:
+        """The turn; an ``llm`` node's answer goes to ``on_text`` piece by piece as it is generated."""
         state = self.app.state
         async with locks.hold(self.session_id), locks.turn_slot(self.app, self.context.organization_id):
             row, result = await service.send_message_committed(
-                state.db, state.settings, self.context, self.session_id, text, jobs=runner_for(state)
+                state.db,
+                state.settings,
+                self.context,
+                self.session_id,
+                text,
+                on_text=on_text,
+                jobs=runner_for(state),
             )
         conversation = ConversationState.from_json(row.state)
-        phrases = None
+        phrases, expect = None, None
         if row.status == "active":
             async with unit_of_work(state.db, write=False) as session:
                 definition = await service.definition_of(session, row)
             phrases = phrases_for(definition, conversation.current_node, row.language)
+            expect = expect_of(definition, conversation.current_node, row.language)
         # the engine adds a metrics entry for every turn that said or did something
         metrics_index = (
             conversation.metrics[-1].turn_index if result.events and conversation.metrics else None
@@ -126,6 +186,7 @@ class SessionTurns:
             reason=row.end_reason,
             phrases=phrases,
             metrics_index=metrics_index,
+            expect=expect,
         )
 
 
@@ -156,21 +217,24 @@ async def open_voiced(state: Any, context: OrgContext, session_id: str) -> Opene
             raise Refused(CLOSE_ENDED, exc.detail) from exc
         conversation = ConversationState.from_json(row.state)
         language = (row.language or definition.language)[:2]
-        phrases = phrases_for(definition, conversation.current_node, language)
         factory: EnginesFactory | None = getattr(state, "voice_engines", None)
         try:
             if factory is not None:
                 engines = factory()
             else:
                 chosen = await registry.engines_for_flow(session, state.settings, context, definition.voice)
-                engines = Engines(chosen.stt, chosen.tts, WebRtcVad(SAMPLE_RATE), chosen.tts_voice)
+                engines = Engines(
+                    chosen.stt,
+                    chosen.tts,
+                    WebRtcVad(SAMPLE_RATE),
+                    chosen.tts_voice,
+                    None if isinstance(chosen.tts, EspeakTts) else EspeakTts(),
+                )
         except ParleyError as exc:
             raise Refused(CLOSE_UNAVAILABLE, exc.detail) from exc
     # the flow's opening, or what was said since the caller came back from a failed transfer
     greeting = conversation.opening_lines()
-    config = PipelineConfig(
-        sample_rate=SAMPLE_RATE, frame_ms=FRAME_MS, language=language, phrases=phrases, voice=engines.voice
-    )
+    config = pipeline_config(definition, conversation, language, engines.voice)
     return Opened(context, session_id, config, engines, greeting)
 
 
@@ -228,6 +292,7 @@ class VoiceCall(ABC):
             vad=opened.engines.vad,
             turns=SessionTurns(app, opened.context, opened.session_id),
             config=opened.config,
+            fallback_tts=opened.engines.fallback_tts,
         )
         self.inbox = Inbox(MAX_INPUT_FRAMES)
         # how the session ends when the caller goes and the flow has not ended it
@@ -351,8 +416,14 @@ class VoiceCall(ABC):
                 return
 
     async def run(self) -> None:
-        """Until the caller goes or the flow ends; then the session ends (if the flow did not end it)."""
+        """Until the caller goes or the flow ends; then the session ends (if the flow did not end it).
+
+        The agent speaks the flow's opening as soon as the line is open (whatever the transport), and
+        the client hears the ``end`` event whichever side ended the call."""
         await self.start()
+        if self.close_with is None:
+            self.pipeline.speak(self.opened.greeting)
+            self.pipeline.start()
         live = registry_for(self.app.state)
         await live.hold(self.session_id, self.on_control)
         receiver = asyncio.create_task(self.receive())
@@ -372,13 +443,17 @@ class VoiceCall(ABC):
             for task in (receiver, sender, stopper):
                 task.cancel()
             await asyncio.gather(receiver, sender, stopper, return_exceptions=True)
-            if not self.pipeline.ended:
+            if self.pipeline.hangup is not None:  # the pipeline said goodbye (and sent `end`)
+                self.end_as = self.pipeline.hangup
                 await self._end_session()
-                if self.stop_reason is not None:  # tell the client why, before the close
-                    with contextlib.suppress(Exception):
-                        await self.send_event(EndFrame("failed", self.stop_reason))
+            elif not self.pipeline.ended:
+                outcome, reason = await self._end_session()
+                # tell the client how it ended, before the close (a client that hung up hears nothing)
+                with contextlib.suppress(Exception):
+                    await self.send_event(EndFrame(outcome, reason))
 
-    async def _end_session(self) -> None:
+    async def _end_session(self) -> tuple[str, str]:
+        """End the session as the caller's going (or ``end_as``) says; answer the outcome and reason."""
         if self.end_as is not None:
             outcome, reason = self.end_as
         elif self.caller_ended:
@@ -402,16 +477,17 @@ class VoiceCall(ABC):
                     unless_transferring=True,
                 )
         except SessionEnded:
-            return
+            pass
         except Exception as exc:  # the idle sweeper ends it later
             log.warning("voice_session_end_failed", session_id=self.session_id, error_type=type(exc).__name__)
+        return outcome, reason
 
     # --- the call record ---------------------------------------------------------------------
 
     def turn_metrics(self) -> list[dict[str, Any]]:
         """The voice figures of every answered turn, keyed by the call record's ``turn_index``."""
         return [
-            {"turn_index": t.metrics_index, **t.as_dict(), "interrupted": t.interrupted}
+            {"turn_index": t.metrics_index, "engine_ms": t.engine_ms, **t.voice().model_dump()}
             for t in self.pipeline.timings
             if t.metrics_index is not None
         ]

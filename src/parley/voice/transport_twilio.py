@@ -158,8 +158,6 @@ class _TwilioCall(VoiceCall):
             stream_sid=self.stream_sid,
             call_sid=self.call_sid,
         )
-        if self.format_problem is None:
-            self.pipeline.speak(self.opened.greeting)  # a phone caller cannot read the opening
 
     # --- out ---------------------------------------------------------------------------------
 

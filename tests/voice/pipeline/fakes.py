@@ -36,7 +36,7 @@ class ScriptedStream(SttStream):
 
     def feed(self, pcm16: bytes) -> None:
         if self.fed == 0:
-            self.queue.put_nowait(Transcript("…", False, 0, 0))
+            self.queue.put_nowait(Transcript(self.engine.partial, False, 0, 0))
         self.fed += len(pcm16)
 
     async def finish(self) -> None:
@@ -61,14 +61,18 @@ class ScriptedStt(SttEngine):
 
     name = "scripted"
 
-    def __init__(self, *script: str) -> None:
+    def __init__(self, *script: str, partial: str = "…", fail: bool = False) -> None:
         self.script = list(script)
+        self.partial = partial  # the partial transcript at the utterance's first frame
+        self.fail = fail  # opening a stream fails (the engine is down)
         self.streams: list[ScriptedStream] = []
         self.phrases: list[Sequence[str] | None] = []
 
     async def open_stream(
         self, language: str | None, sample_rate: int, *, phrases: Sequence[str] | None = None
     ) -> SttStream:
+        if self.fail:
+            raise RuntimeError("the recognizer is down")
         stream = ScriptedStream(self)
         self.streams.append(stream)
         self.phrases.append(phrases)
@@ -104,6 +108,25 @@ class FrameTts(TtsEngine):
                 await asyncio.sleep(0)
         finally:
             self.closed += 1
+
+
+class TextTts(FrameTts):
+    """Like :class:`FrameTts`, but each text's frames carry a sample of their own (the text's number in
+    ``texts``), so the order of what was said can be read from the audio."""
+
+    name = "text"
+
+    def synthesize(
+        self, text: str, *, voice: str | None, language: str | None, sample_rate: int
+    ) -> AsyncIterator[bytes]:
+        self.texts.append(text)
+        return self._text(len(self.texts).to_bytes(2, "little") * 320)
+
+    async def _text(self, pcm: bytes) -> AsyncIterator[bytes]:
+        for _ in range(self.frames):
+            self.produced += 1
+            yield pcm
+            await asyncio.sleep(0)
 
 
 class FakeTurns:

@@ -4,6 +4,7 @@ uvicorn server, an organization with a published digits flow, fake engines and c
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
 import json
 import time
@@ -58,9 +59,10 @@ class Fakes:
         self.stt = ScriptedStt()
         self.tts = FrameTts(frames=5)
         self.vad = RecordingVad()
+        self.fallback_tts: FrameTts | None = None
 
     def __call__(self) -> Engines:
-        return Engines(self.stt, self.tts, self.vad)
+        return Engines(self.stt, self.tts, self.vad, fallback_tts=self.fallback_tts)
 
 
 @pytest.fixture(scope="module", params=["sqlite", pg.ENGINE_NAME])
@@ -88,6 +90,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterato
         database_url=url,
         auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
         rate_limit_per_minute=0,
+        outbound_allowlist=["127.0.0.1"],  # the local LLM stub
         log_level="WARNING",
         log_json=False,
     )
@@ -121,10 +124,28 @@ def live(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterato
         }
 
 
-def new_session(live: dict[str, Any], channel: str = "web") -> str:
+def publish_flow(live: dict[str, Any], name: str, definition: dict[str, Any]) -> str:
+    """A published flow of the test organization (for a test's own voice settings)."""
+    flow = httpx.post(
+        f"{live['url']}/api/flows", json={"name": name, "definition": definition}, headers=live["headers"]
+    )
+    assert flow.status_code == 200, flow.text
+    published = httpx.post(f"{live['url']}/api/flows/{flow.json()['id']}/publish", headers=live["headers"])
+    assert published.status_code == 200, published.text
+    return str(flow.json()["id"])
+
+
+def flow_with(live: dict[str, Any], name: str, **turn_taking: Any) -> str:
+    """A published copy of the digits flow with these ``voice.turn_taking`` settings."""
+    definition = copy.deepcopy(DIGITS_FLOW)
+    definition["voice"] = {"turn_taking": turn_taking}
+    return publish_flow(live, name, definition)
+
+
+def new_session(live: dict[str, Any], channel: str = "web", flow: str | None = None) -> str:
     created = httpx.post(
         f"{live['url']}/api/sessions",
-        json={"flow_id": live["flow"], "voiced": True, "channel": channel},
+        json={"flow_id": flow or live["flow"], "voiced": True, "channel": channel},
         headers=live["headers"],
     )
     assert created.status_code == 200, created.text
@@ -215,3 +236,20 @@ def recording_of(live: dict[str, Any], call: dict[str, Any]) -> tuple[wave._wave
 
 def rms(samples: np.ndarray) -> float:
     return float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) if samples.size else 0.0
+
+
+async def greeted(
+    ws: ClientConnection, frames: int, audio: list[bytes] | None = None
+) -> list[dict[str, Any]]:
+    """``ready``, then the flow's opening: its ``agent_text`` and ``frames`` frames of its audio."""
+    events = [json.loads(await asyncio.wait_for(ws.recv(), 10))]
+    assert events[0]["type"] == "ready", events
+    heard = audio if audio is not None else []
+    start = len(heard)
+    while not any(e["type"] == "agent_text" for e in events) or len(heard) - start < frames:
+        message = await asyncio.wait_for(ws.recv(), 10)
+        if isinstance(message, bytes):
+            heard.append(message)
+        else:
+            events.append(json.loads(message))
+    return events

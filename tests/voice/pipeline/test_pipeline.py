@@ -22,7 +22,9 @@ from parley.voice.pipeline.frames import (
 from parley.voice.pipeline.pipeline import PipelineConfig, VoicePipeline
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, FakeTurns, FrameTts, LoudnessVad, ScriptedStt
 
-CONFIG = PipelineConfig(start_ms=60, stop_ms=100, preroll_ms=100, max_ahead_ms=100, phrases=["one", "two"])
+CONFIG = PipelineConfig(
+    start_ms=60, stop_ms=100, preroll_ms=100, max_ahead_ms=100, phrases=["one", "two"], barge_in_min_ms=60
+)
 
 
 def make(stt: ScriptedStt, tts: FrameTts, turns: FakeTurns) -> VoicePipeline:
@@ -227,8 +229,8 @@ async def test_each_spoken_text_is_followed_by_agent_spoken_and_timings_are_kept
     ]
     timing = pipeline.timings[0]
     # the time inside the engine's feed() and finish() calls (during the utterance, not after it)
-    assert timing.stt_engine_ms is not None and timing.stt_engine_ms >= 0
-    assert timing.as_dict()["stt_engine_ms"] == round(timing.stt_engine_ms, 1)
+    assert timing.figures.stt_engine_ms is not None and timing.figures.stt_engine_ms >= 0
+    assert timing.as_dict()["stt_engine_ms"] == round(timing.figures.stt_engine_ms, 1)
 
 
 async def test_a_greeting_is_spoken_outside_a_turn_and_can_be_interrupted() -> None:
@@ -260,4 +262,4 @@ async def test_after_the_hang_up_answers_are_committed_but_not_spoken() -> None:
     assert turns.texts == ["seven"]
     assert any(isinstance(f, AgentText) for f in frames)
     assert not any(isinstance(f, AudioOut) for f in frames) and tts.texts == []
-    assert pipeline.timings[0].voice_to_voice_ms is None
+    assert pipeline.timings[0].figures.voice_to_voice_ms is None

@@ -20,6 +20,7 @@ from parley.voice.audio import mulaw_to_pcm16, pcm16_to_mulaw
 from tests.voice.pipeline.fakes import TONE
 from tests.voice.pipeline.livevoice import (
     call_record_when,
+    flow_with,
     new_session,
     recording_of,
     rms,
@@ -357,3 +358,21 @@ async def test_telephone_keys_up_to_hash_are_the_callers_answer(live: dict[str, 
     call = call_record_when(live, session_id, lambda c: c["recording_url"] is not None)
     answer = call["turn_metrics"][1]
     assert answer["voice_to_voice_ms"] is not None and answer["stt_final_ms"] is None
+
+
+async def test_a_silent_phone_caller_is_prompted_then_told_goodbye_and_hung_up(live: dict[str, Any]) -> None:
+    use_fakes(live)
+    flow = flow_with(live, "Silent phone", reprompt_after_ms=300, max_reprompts=1)
+    session_id = new_session(live, channel="phone", flow=flow)
+    async with connect(media_url(live)) as ws:
+        twilio = FakeTwilio(ws)
+        await twilio.start(stream_token(live, session_id))
+        await twilio.until("mark", "end")  # opening, re-prompt, goodbye; then the end mark
+        code, _ = await twilio.closed()
+    assert code == 1000
+    marks = [m["mark"]["name"] for m in twilio.received if m["event"] == "mark"]
+    assert len(marks) == 5 and marks[-1] == "end"  # greeting, re-prompt (2 lines), goodbye, end
+    assert twilio.audio()  # each was spoken
+    row = wait_ended(live, session_id)
+    assert (row["outcome"], row["end_reason"]) == ("abandoned", "caller_silent")
+    assert call_record_when(live, session_id)["outcome"] == "abandoned"

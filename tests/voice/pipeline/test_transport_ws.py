@@ -18,6 +18,7 @@ from tests.voice.pipeline.livevoice import (
     call_record_when,
     close_code,
     events_until,
+    greeted,
     new_session,
     recording_of,
     rms,
@@ -31,8 +32,11 @@ async def test_a_spoken_answer_gets_a_spoken_reply_and_the_call_is_recorded(live
     session_id = new_session(live)
     url = f"{live['ws']}/api/sessions/{session_id}/audio"
     async with connect(url, additional_headers=live["headers"]) as ws:
-        ready = json.loads(await ws.recv())
+        opening = await greeted(ws, 5)
+        ready = opening[0]
         assert ready == {"type": "ready", "session_id": session_id, "sample_rate": 16000, "frame_ms": 20}
+        # a voice-only client hears the flow's opening without asking
+        assert opening[-1]["type"] == "agent_text" and opening[-1]["text"] == "Say your number."
         for frame in [SPEECH] * 10 + [SILENCE] * 40:
             await ws.send(frame)
         audio: list[bytes] = []
@@ -180,7 +184,7 @@ async def test_a_caller_who_disappears_mid_utterance_still_gets_the_turn_and_a_c
     session_id = new_session(live)
     url = f"{live['ws']}/api/sessions/{session_id}/audio"
     async with connect(url, additional_headers=live["headers"]) as ws:
-        await ws.recv()
+        await greeted(ws, 5)
         for frame in [SPEECH] * 10:
             await ws.send(frame)
         await events_until(ws, "speech")
@@ -197,7 +201,7 @@ async def test_barge_in_over_the_socket_sends_an_interruption(live: dict[str, An
     session_id = new_session(live)
     url = f"{live['ws']}/api/sessions/{session_id}/audio"
     async with connect(url, additional_headers=live["headers"]) as ws:
-        await ws.recv()
+        await greeted(ws, 200)
         for frame in [SPEECH] * 10 + [SILENCE] * 40:
             await ws.send(frame)
         audio: list[bytes] = []
@@ -205,7 +209,7 @@ async def test_barge_in_over_the_socket_sends_an_interruption(live: dict[str, An
             message = await asyncio.wait_for(ws.recv(), 10)
             if isinstance(message, bytes):
                 audio.append(message)
-        for frame in [SPEECH] * 5:
+        for frame in [SPEECH] * 20:  # longer than the 300 ms a barge-in needs
             await ws.send(frame)
         events = await events_until(ws, "interruption", audio)
         assert events[-1]["turn"] == 1
@@ -229,7 +233,7 @@ async def test_real_offline_engines_end_to_end(live: dict[str, Any]) -> None:
     url = f"{live['ws']}/api/sessions/{session_id}/audio"
     audio: list[bytes] = []
     async with connect(url, additional_headers=live["headers"]) as ws:
-        await ws.recv()
+        await greeted(ws, 1)  # the opening has begun to play: the answer interrupts it
         pcm = SILENCE * 15 + caller + SILENCE * 60
         for start in range(0, len(pcm), 640):
             await ws.send(pcm[start : start + 640])
@@ -239,6 +243,7 @@ async def test_real_offline_engines_end_to_end(live: dict[str, Any]) -> None:
     assert finals == ["one two"]
     replies = [e["text"] for e in events if e["type"] == "agent_text"]
     assert replies == ["Thanks, your number is 12."]
+    assert [e["type"] for e in events].count("interruption") == 1
     assert len(audio) > 25 and all(len(a) == 640 for a in audio)  # at least half a second of voice
     assert any(a != bytes(640) for a in audio)
     metrics = next(e for e in events if e["type"] == "metrics")
@@ -256,7 +261,7 @@ async def answer_once(live: dict[str, Any]) -> dict[str, Any]:
     async with connect(
         f"{live['ws']}/api/sessions/{session_id}/audio", additional_headers=live["headers"]
     ) as ws:
-        await ws.recv()
+        await greeted(ws, 5)
         for frame in [SPEECH] * 10 + [SILENCE] * 40:
             await ws.send(frame)
         await events_until(ws, "end")
@@ -271,8 +276,9 @@ async def test_the_call_record_gets_the_stereo_recording_and_the_voice_metrics(l
     async with connect(
         f"{live['ws']}/api/sessions/{session_id}/audio", additional_headers=live["headers"]
     ) as ws:
-        await ws.recv()
-        for frame in [SILENCE] * 10 + [SPEECH] * 10 + [SILENCE] * 40:
+        await greeted(ws, 25)
+        # silence while the agent's opening (half a second) plays, then 200 ms of speech
+        for frame in [SILENCE] * 35 + [SPEECH] * 10 + [SILENCE] * 40:
             await ws.send(frame)
         audio: list[bytes] = []
         events = await events_until(ws, "end", audio)
@@ -284,9 +290,11 @@ async def test_the_call_record_gets_the_stereo_recording_and_the_voice_metrics(l
     assert [m["turn_index"] for m in call["turn_metrics"]] == [0, 1]
     opening, answer = call["turn_metrics"]
     assert opening["voice_to_voice_ms"] is None and opening["stt_final_ms"] is None
-    for key in ("stt_final_ms", "stt_engine_ms", "tts_first_byte_ms", "voice_to_voice_ms"):
+    for key in ("stt_final_ms", "stt_engine_ms", "tts_first_byte_ms", "voice_to_voice_ms", "hangover_ms"):
         assert answer[key] is not None and answer[key] >= 0, key
         assert answer[key] == live_metrics[key]
+    # the caller waited the hangover and the work after it: voice to voice counts from the last voice
+    assert answer["voice_to_voice_ms"] >= answer["hangover_ms"]
     assert answer["engine_ms"] >= 0 and answer["interrupted"] is False
     assert answer["llm_first_token_ms"] is None  # the digits flow uses no LLM
     assert call["mean_voice_latency_ms"] == answer["voice_to_voice_ms"]
@@ -294,12 +302,14 @@ async def test_the_call_record_gets_the_stereo_recording_and_the_voice_metrics(l
     params, samples = recording_of(live, call)
     assert (params.nchannels, params.sampwidth, params.framerate) == (2, 2, 16000)
     left, right = samples[:, 0], samples[:, 1]
-    # the caller's 200 ms of speech after 200 ms of silence, on the left only
-    assert rms(left[3200:6400]) > 9000 and rms(right[3200:6400]) == 0
-    assert rms(left[:3200]) == 0
-    # the agent's half second, on the right, after the caller's speech and its end, the left silent there
-    speaking = np.flatnonzero(right)
-    assert speaking.size > 0 and speaking[0] >= 16000  # at least 600 ms of silence after the speech
+    # the opening first, on the right, while the caller is silent
+    assert rms(right[:8000]) > 4000 and rms(left[:8000]) == 0
+    # the caller's 200 ms of speech after 700 ms of silence, on the left only
+    assert rms(left[11200:14400]) > 9000 and rms(right[11200:14400]) == 0
+    assert rms(left[:11200]) == 0
+    # the agent's answer, on the right, after the caller's speech and its end, the left silent there
+    speaking = np.flatnonzero(right[14400:]) + 14400
+    assert speaking.size > 0 and speaking[0] >= 14400 + 9600  # at least 600 ms of silence after the speech
     assert speaking[-1] - speaking[0] < 8000 + 320
     assert rms(right[speaking[0] : speaking[-1]]) > 4000 and rms(left[speaking[0] : speaking[-1]]) == 0
     assert len(samples) == speaking[-1] + 1 or rms(samples[speaking[-1] + 1 :]) == 0

@@ -85,10 +85,29 @@ class SpeechSegmenter:
         self._silent = 0
         self._frames = 0
         self.in_speech = False
+        self.voiced = False  # the VAD's decision on the last frame
+
+    @property
+    def silent_ms(self) -> int:
+        """How long the speech in progress has been unvoiced (0 outside speech)."""
+        return self._silent * self.frame_ms if self.in_speech else 0
+
+    def set_hangover(self, stop_ms: int) -> None:
+        """The silence that ends speech from now on (the pipeline sets it per question)."""
+        self.stop_frames = max(1, stop_ms // self.frame_ms)
+
+    def end_now(self) -> SegmentEvent | None:
+        """End the speech in progress at once (the answer is complete): the event ``process`` would
+        have answered after the full hangover, dated at the start of the silence."""
+        if not self.in_speech:
+            return None
+        silent, self._silent = self._silent, 0
+        self.in_speech = False
+        return SegmentEvent("end", self._frames * self.frame_ms - silent * self.frame_ms)
 
     def process(self, frame: bytes) -> SegmentEvent | None:
         """Feed one frame; answer a start or end event when the state changes."""
-        voiced = self.vad.is_speech(frame)
+        voiced = self.voiced = self.vad.is_speech(frame)
         self._frames += 1
         now_ms = self._frames * self.frame_ms
         if not self.in_speech:

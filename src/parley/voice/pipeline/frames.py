@@ -83,7 +83,7 @@ class Interrupt(ControlFrame):
 @dataclass(frozen=True)
 class MetricsFrame(ControlFrame):
     turn: int
-    metrics: dict[str, float | None]
+    metrics: dict[str, Any]  # TurnTimings.as_dict(): engine_ms and the VoiceTurnMetrics fields
 
 
 @dataclass(frozen=True)
