@@ -19,7 +19,7 @@ Expression = Annotated[
     str, Field(min_length=1, max_length=1000, description="Expression over the flow's variables.")
 ]
 E164 = Annotated[
-    str, BeforeValidator(check_e164_target), Field(pattern=E164_PATTERN, examples=["+4930123456"])
+    str, Field(pattern=E164_PATTERN, examples=["+4930123456"]), BeforeValidator(check_e164_target)
 ]
 
 # Variables every session has, whether the flow declares them or not.
