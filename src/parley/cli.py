@@ -156,6 +156,9 @@ def up(
     out.print(f"  Order connector: http://{host}:{connector_port}   ({orders} orders)")
     out.print(f"  Demo organization {demo.organization_id} with the order_lookup tool {demo.tool_id}")
     out.print(f"  Order-status agent: German {demo.flow_ids['de']}, English {demo.flow_ids['en']}")
+    out.print(
+        f"  Its test suite {demo.suite_id}: parley eval run Auftragsstatus --suite 'Order status regression'"
+    )
     out.print("\n  Admin token (valid 30 days):")
     out.print(f"export TOKEN={token}", soft_wrap=True)
     out.print("  Connector key:")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-SUITE_NAME = "Order status – regression"
+SUITE_NAME = "Order status regression"
 
 _TEXT = {
     "de": {
