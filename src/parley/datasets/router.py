@@ -135,7 +135,18 @@ async def delete_dataset(
     return DeletedOut(id=dataset.id)
 
 
-@router.post("/{datasetId}/items", summary="Create Dataset Items", response_model=DatasetItemsCreated)
+# A test suite's items that are not valid scenarios are a 422 with a sentence (ErrorBody).
+ITEMS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    422: {**IMPORT_RESPONSES[422], "description": "Invalid fields, or items a test suite does not accept."}
+}
+
+
+@router.post(
+    "/{datasetId}/items",
+    summary="Create Dataset Items",
+    response_model=DatasetItemsCreated,
+    responses=ITEMS_RESPONSES,
+)
 async def create_dataset_items(
     request: Request,
     session: DbSession,

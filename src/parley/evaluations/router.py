@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 
@@ -28,6 +28,24 @@ from parley.kit.schemas import DeletedOut
 
 router = APIRouter(prefix="/api/evaluations", tags=["Evaluations"])
 
+_REF = "#/components/schemas/{}"
+# 422 is either a sentence (an invalid scenario, an empty suite) or FastAPI's field errors.
+UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
+    422: {
+        "description": "Invalid fields, or a request the suite or flow cannot serve (see detail).",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "anyOf": [
+                        {"$ref": _REF.format("ErrorBody")},
+                        {"$ref": _REF.format("HTTPValidationError")},
+                    ]
+                }
+            }
+        },
+    }
+}
+
 DatasetId = Annotated[str, Path(alias="datasetId", max_length=40, description="Dataset id (ds_...).")]
 RunId = Annotated[str, Path(alias="runId", max_length=40, description="Evaluation run id (evr_...).")]
 OtherRunId = Annotated[str, Path(alias="otherRunId", max_length=40, description="The run to compare with.")]
@@ -51,7 +69,7 @@ async def get_suite(session: DbSession, context: OrgReader, dataset_id: DatasetI
     "/suites/{datasetId}",
     summary="Put Evaluation Suite",
     response_model=SuiteOut,
-    responses=documented(404, 422),
+    responses=UNPROCESSABLE,
 )
 async def put_suite(
     request: Request,
@@ -79,7 +97,10 @@ async def delete_suite(
 
 
 @router.post(
-    "/runs", summary="Create Evaluation Run", response_model=RunOut, responses=documented(404, 409, 422)
+    "/runs",
+    summary="Create Evaluation Run",
+    response_model=RunOut,
+    responses={**documented(404, 409), **UNPROCESSABLE},
 )
 async def create_run(
     request: Request,
