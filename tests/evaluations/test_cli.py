@@ -73,6 +73,10 @@ def shop(tmp_path_factory: pytest.TempPathFactory, connector: dict[str, str]) ->
         }
 
 
+def _xml(path: Path) -> ET.Element:
+    return ET.fromstring(path.read_bytes())  # noqa: S314 - our own output
+
+
 def evaluate(shop: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
     env = {**shop["env"], "PARLEY_TOKEN": shop["token"], "COLUMNS": "250"}
     return subprocess.run(
@@ -93,7 +97,7 @@ def test_the_demo_suite_passes_from_the_terminal(shop: dict[str, Any], tmp_path:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "completed: 10 passed, 0 failed, 0 error(s), 0 skipped of 10" in done.stdout
     assert "de: connector outage" in done.stdout and "en: caller does not answer" in done.stdout
-    suite = ET.parse(junit)  # noqa: S314  (our own output).getroot().find("testsuite")
+    suite = _xml(junit).find("testsuite")
     assert suite is not None and (suite.get("tests"), suite.get("failures"), suite.get("errors")) == (
         "10",
         "0",
@@ -122,7 +126,7 @@ def test_a_broken_version_fails_with_exit_1_and_names_the_scenarios(
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "completed: 8 passed, 2 failed" in done.stdout
-    root = ET.parse(junit)  # noqa: S314  (our own output).getroot()
+    root = _xml(junit)
     failed = sorted(
         case.get("name") or "" for case in root.iter("testcase") if case.find("failure") is not None
     )
