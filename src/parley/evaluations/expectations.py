@@ -52,6 +52,8 @@ class TurnRecord:
     engine_ms: float
     tool_ms: float
     llm_ms: float
+    # voice mode: what was said and heard, the recognition accuracy and the pipeline's figures
+    voice: dict[str, Any] | None = None
 
     @property
     def total_ms(self) -> float:
@@ -66,6 +68,7 @@ class TurnRecord:
             "tool_ms": round(self.tool_ms, 3),
             "llm_ms": round(self.llm_ms, 3),
             "total_ms": self.total_ms,
+            **({"voice": self.voice} if self.voice is not None else {}),
         }
 
 

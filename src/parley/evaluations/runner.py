@@ -12,8 +12,11 @@ from typing import Any
 
 from parley.evaluations.expectations import Conversation, TurnRecord, check
 from parley.evaluations.schemas import Scenario, TextCheck, ToolMock
+from parley.evaluations.voice import VoiceFailure, voice_turns
+from parley.flows.definition import FlowDefinition
 from parley.runtime.engine import FlowEngine, TurnResult
 from parley.runtime.ports import LlmError, LlmPort, ToolOutcome, ToolPort, ToolSpec
+from parley.voice.engines.base import SttEngine, TtsEngine, Vad
 
 HANGUP = "[HANGUP]"
 CALLER_PROMPT = (
@@ -121,6 +124,37 @@ async def _scripted(engine: FlowEngine, scenario: Scenario, session_id: str) -> 
     return conversation
 
 
+@dataclass
+class VoiceKit:
+    """Voice mode's engines: recognition, the caller's voice, the agent's voice, the VAD."""
+
+    definition: FlowDefinition
+    stt: SttEngine
+    caller_tts: TtsEngine
+    agent_tts: TtsEngine
+    vad: Vad
+
+
+async def _voiced(engine: FlowEngine, scenario: Scenario, session_id: str, kit: VoiceKit) -> Conversation:
+    conversation = Conversation(_new_state(engine, scenario, session_id))
+    _record(conversation, 0, None, await engine.start(conversation.state))
+    figures = await voice_turns(
+        engine,
+        kit.definition,
+        scenario,
+        conversation,
+        stt=kit.stt,
+        caller_tts=kit.caller_tts,
+        agent_tts=kit.agent_tts,
+        vad=kit.vad,
+        record=_record,
+    )
+    for turn, figure in zip(conversation.turns[1:], figures, strict=False):
+        turn.voice = figure.as_json()
+    engine.end(conversation.state, "abandoned", "caller_hung_up")
+    return conversation
+
+
 async def _simulated(engine: FlowEngine, scenario: Scenario, session_id: str, llm: LlmPort) -> Conversation:
     conversation = Conversation(_new_state(engine, scenario, session_id))
     state = conversation.state
@@ -171,10 +205,17 @@ async def _judge(llm: LlmPort, conversation: Conversation, criteria: list[str]) 
 
 
 async def run_scenario(
-    engine: FlowEngine, scenario: Scenario, *, session_id: str, llm: LlmPort | None
+    engine: FlowEngine,
+    scenario: Scenario,
+    *,
+    session_id: str,
+    llm: LlmPort | None,
+    voice: VoiceKit | None = None,
 ) -> Outcome:
     """Run ``scenario``; failures of the platform (an LLM that fails) are ``error`` with a reason."""
     started = time.perf_counter()
+    if scenario.simulated and voice is not None:
+        return Outcome("skipped", "Simulated callers run in text mode only.")
     if scenario.simulated and llm is None:
         return Outcome(
             "skipped", "A simulated caller needs an LLM provider in the organization; none is set up."
@@ -183,10 +224,14 @@ async def run_scenario(
         if scenario.simulated:
             assert llm is not None
             conversation = await _simulated(engine, scenario, session_id, llm)
+        elif voice is not None:
+            conversation = await _voiced(engine, scenario, session_id, voice)
         else:
             conversation = await _scripted(engine, scenario, session_id)
     except LlmError as exc:
         return Outcome("error", f"The LLM playing the caller failed: {exc}", duration_ms=_ms(started))
+    except VoiceFailure as exc:
+        return Outcome("error", f"Voice mode failed: {exc}", duration_ms=_ms(started))
     turn_checks: list[list[TextCheck]] = [scenario.expect.opening] + [t.expect for t in scenario.turns]
     failures = check(scenario, turn_checks, conversation)
     outcome = Outcome("passed", conversation=conversation)

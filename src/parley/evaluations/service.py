@@ -210,8 +210,6 @@ async def _items(session: AsyncSession, dataset_id: str) -> list[DatasetItem]:
 
 
 async def create_run(session: AsyncSession, context: OrgContext, data: RunCreate) -> EvaluationRun:
-    if data.mode == "voice":
-        raise Unprocessable("Voice mode is not built yet; run the suite in text mode (mode: text).")
     org = context.organization_id
     dataset = await _suite_by_ref(session, org, data.suite)
     flow = await get_owned(session, Flow, data.flow_id, org, "Flow")
@@ -349,8 +347,16 @@ async def summarize(session: AsyncSession, run: EvaluationRun) -> tuple[dict[str
     )
     turn_ms: list[float] = []
     durations: list[float] = []
+    accuracy: list[float] = []
+    voice_ms: list[float] = []
     for turns, duration in rows:
         turn_ms.extend(float(t.get("total_ms") or 0.0) for t in turns or [])
+        for turn in turns or []:
+            voice = turn.get("voice") or {}
+            if voice.get("recognition_accuracy") is not None:
+                accuracy.append(float(voice["recognition_accuracy"]))
+            if voice.get("voice_to_voice_ms") is not None:
+                voice_ms.append(float(voice["voice_to_voice_ms"]))
         if duration is not None:
             durations.append(float(duration))
 
@@ -368,6 +374,10 @@ async def summarize(session: AsyncSession, run: EvaluationRun) -> tuple[dict[str
         "turn_ms_p95": quantile(turn_ms, 0.95),
         "scenario_ms_p50": quantile(durations, 0.5),
     }
+    if run.mode == "voice":
+        summary["recognition_accuracy_mean"] = round(sum(accuracy) / len(accuracy), 3) if accuracy else None
+        summary["voice_to_voice_ms_p50"] = quantile(voice_ms, 0.5)
+        summary["voice_to_voice_ms_p95"] = quantile(voice_ms, 0.95)
     return summary, tally.passed == run.total
 
 

@@ -19,7 +19,7 @@ from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
 from parley.evaluations import service
 from parley.evaluations.models import EvaluationResult, EvaluationRun
-from parley.evaluations.runner import MockedTools, Outcome, run_scenario
+from parley.evaluations.runner import MockedTools, Outcome, VoiceKit, run_scenario
 from parley.evaluations.schemas import Scenario
 from parley.flows.definition import FlowDefinition
 from parley.flows.models import Flow, FlowVersion
@@ -29,6 +29,9 @@ from parley.llm.models import LLMUsage
 from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
 from parley.runtime.engine import FlowEngine
+from parley.voice.engines.espeak import EspeakTts
+from parley.voice.engines.sphinx import PocketsphinxStt
+from parley.voice.engines.vad import WebRtcVad
 
 log = structlog.get_logger("parley.evaluations")
 
@@ -71,6 +74,18 @@ def _context(run: EvaluationRun) -> OrgContext:
     )
 
 
+def _voice_kit(context: JobContext, definition: FlowDefinition) -> VoiceKit:
+    """The offline engines (PocketSphinx, eSpeak NG, WebRTC VAD): the caller's voice is always the
+    offline one; models for other languages than US English come from ``<data dir>/models``."""
+    return VoiceKit(
+        definition=definition,
+        stt=PocketsphinxStt(models_dir=context.settings.data_dir / "models"),
+        caller_tts=EspeakTts(),
+        agent_tts=EspeakTts(),
+        vad=WebRtcVad(16000),
+    )
+
+
 async def _run_one(
     context: JobContext, run: EvaluationRun, result: EvaluationResult
 ) -> tuple[Outcome, list[LLMUsage]]:
@@ -95,9 +110,10 @@ async def _run_one(
             knowledge=PlatformKnowledge(session, run.organization_id),
             llm=llm if any(n.type in ("llm", "knowledge") for n in definition.nodes) else None,
         )
+        voice = _voice_kit(context, definition) if run.mode == "voice" else None
         try:
             outcome = await asyncio.wait_for(
-                run_scenario(engine, scenario, session_id=f"eval_{result.id}", llm=llm),
+                run_scenario(engine, scenario, session_id=f"eval_{result.id}", llm=llm, voice=voice),
                 SCENARIO_TIMEOUT_SECONDS,
             )
         except TimeoutError:
