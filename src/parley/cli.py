@@ -384,6 +384,9 @@ def eval_run(
     version: Annotated[
         int | None, typer.Option(help="A published version (default: the flow's draft).", show_default=False)
     ] = None,
+    voice: Annotated[
+        bool, typer.Option("--voice", help="Voice mode: speak the caller's lines through the voice pipeline.")
+    ] = False,
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.", show_default=False)] = None,
     json_file: Annotated[
         Path | None,
@@ -414,6 +417,7 @@ def eval_run(
             flow=flow,
             suite=suite,
             version=version,
+            voice=voice,
             junit_path=junit,
             json_path=json_file,
             timeout=timeout,

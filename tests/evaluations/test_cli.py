@@ -135,3 +135,15 @@ def test_a_broken_version_fails_with_exit_1_and_names_the_scenarios(
     assert missing.returncode == 2 and "No flow named 'No such flow'." in missing.stderr
     no_suite = evaluate(shop, "Auftragsstatus", "--suite", "Nope")
     assert no_suite.returncode == 2 and "No test suite named 'Nope'" in no_suite.stderr
+
+
+def test_voice_mode_from_the_terminal(shop: dict[str, Any], tmp_path: Path) -> None:
+    report = tmp_path / "voice.json"
+    done = evaluate(shop, "Order status", "--suite", SUITE_NAME, "--voice", "--json", str(report))
+    # The German scenarios need a German recognition model, which this server does not have.
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "voice: words heard as said" in done.stdout and "heard ok" in done.stdout
+    data = json.loads(report.read_text())
+    assert data["run"]["mode"] == "voice" and data["run"]["counts"]["pending"] == 0
+    errors = {r["name"] for r in data["results"] if r["status"] == "error"}
+    assert errors == {s for s in errors if s.startswith("de: ")} and len(errors) >= 1

@@ -120,19 +120,35 @@ def table(run: dict[str, Any], results: list[dict[str, Any]]) -> Table:
     grid.add_column("status")
     grid.add_column("turns", justify="right")
     grid.add_column("slowest turn ms", justify="right")
+    if run["mode"] == "voice":
+        grid.add_column("heard ok", justify="right")
+        grid.add_column("voice-to-voice ms", justify="right")
     grid.add_column("why", overflow="fold")
     for result in results:
         status = result["status"]
         slowest = max((t["total_ms"] for t in result["turns"]), default=None)
-        grid.add_row(
+        cells = [
             str(result["position"] + 1),
             escape(result["name"]),
             f"[{_COLOURS.get(status, 'white')}]{status}[/]",
             str(max(len(result["turns"]) - 1, 0)),
             "" if slowest is None else f"{slowest:.1f}",
-            "" if status == "passed" else escape(_first_problem(result)),
-        )
+        ]
+        if run["mode"] == "voice":
+            cells.extend(_voice_cells(result))
+        cells.append("" if status == "passed" else escape(_first_problem(result)))
+        grid.add_row(*cells)
     return grid
+
+
+def _voice_cells(result: dict[str, Any]) -> list[str]:
+    voiced = [t["voice"] for t in result["turns"] if t.get("voice")]
+    accuracy = [v["recognition_accuracy"] for v in voiced if v.get("recognition_accuracy") is not None]
+    latency = [v["voice_to_voice_ms"] for v in voiced if v.get("voice_to_voice_ms") is not None]
+    return [
+        f"{sum(accuracy) / len(accuracy):.0%}" if accuracy else "",
+        f"{max(latency):.0f}" if latency else "",
+    ]
 
 
 def junit(run: dict[str, Any], results: list[dict[str, Any]]) -> bytes:
@@ -182,6 +198,7 @@ def run_eval(
     suite: str,
     version: int | None,
     junit_path: Path | None,
+    voice: bool = False,
     json_path: Path | None,
     timeout: float,
     console: Console,
@@ -196,6 +213,8 @@ def run_eval(
             body: dict[str, Any] = {"suite": _suite_id(client, suite), "flow_id": _flow_id(client, flow)}
             if version is not None:
                 body["version"] = version
+            if voice:
+                body["mode"] = "voice"
             run = _ok(client.post("/api/evaluations/runs", json=body), "Starting the run")
             run = _wait(client, run, console, timeout)
             results = _results(client, run["id"])
@@ -203,6 +222,12 @@ def run_eval(
             raise EvalError(f"The platform at {url} cannot be reached ({type(exc).__name__}).") from exc
     out.print(table(run, results))
     counts = run["counts"]
+    if run["mode"] == "voice":
+        summary = run["summary"]
+        out.print(
+            f"voice: words heard as said {summary.get('recognition_accuracy_mean')}, "
+            f"voice-to-voice p50 {summary.get('voice_to_voice_ms_p50')} ms"
+        )
     out.print(
         f"{run['status']}: {counts['passed']} passed, {counts['failed']} failed, {counts['error']} error(s), "
         f"{counts['skipped']} skipped of {run['total']}"
