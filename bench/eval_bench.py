@@ -12,7 +12,10 @@ loopback:
    process (``run_scenario`` with the connector called directly, no database), for the engine's time
    per turn side by side.
 
-    .venv/bin/python bench/eval_bench.py [--copies 20] [--postgres]
+    .venv/bin/python bench/eval_bench.py [--copies 20] [--postgres] [--voice]
+
+With ``--voice`` the demo suite (10 scenarios) also runs once in voice mode on the English agent:
+recognition accuracy and voice-to-voice latency per scenario and per language.
 """
 
 from __future__ import annotations
@@ -77,7 +80,9 @@ async def baseline(connector: str, key: str, items: list[dict[str, Any]]) -> dic
     }
 
 
-async def platform_run(platform: str, key: str, items: list[dict[str, Any]]) -> dict[str, Any]:
+async def platform_run(
+    platform: str, key: str, items: list[dict[str, Any]], mode: str = "text", language: str = "de"
+) -> dict[str, Any]:
     import jwt
 
     now = int(time.time())
@@ -90,10 +95,9 @@ async def platform_run(platform: str, key: str, items: list[dict[str, Any]]) -> 
         ]
         tool = {"name": "order_lookup", "type": "order_lookup", "secrets": {"api_key": key}}
         assert (await c.post("/api/tools", json=tool)).status_code == 200
-        flow = (
-            await c.post("/api/flows", json={"name": "Orders", "definition": order_status_flow("de")})
-        ).json()
-        dataset = (await c.post("/api/datasets", json={"name": "Bench suite"})).json()
+        definition = order_status_flow(language)
+        flow = (await c.post("/api/flows", json={"name": f"Orders {mode}", "definition": definition})).json()
+        dataset = (await c.post("/api/datasets", json={"name": f"Bench suite {mode}"})).json()
         suite = await c.put(f"/api/evaluations/suites/{dataset['id']}", json={"flow_id": flow["id"]})
         assert suite.status_code == 200, suite.text
         added = await c.post(
@@ -101,19 +105,20 @@ async def platform_run(platform: str, key: str, items: list[dict[str, Any]]) -> 
         )
         assert added.status_code == 200, added.text
         started = time.perf_counter()
-        run = (
-            await c.post("/api/evaluations/runs", json={"suite": dataset["id"], "flow_id": flow["id"]})
-        ).json()
+        body = {"suite": dataset["id"], "flow_id": flow["id"], "mode": mode}
+        run = (await c.post("/api/evaluations/runs", json=body)).json()
         while run["status"] in ("queued", "running"):
             await asyncio.sleep(0.2)
             run = (await c.get(f"/api/evaluations/runs/{run['id']}")).json()
         wall = time.perf_counter() - started
         engine_ms: list[float] = []
+        results: list[dict[str, Any]] = []
         cursor = None
         while True:
             params: dict[str, Any] = {"limit": 200, **({"cursor": cursor} if cursor else {})}
             page = (await c.get(f"/api/evaluations/runs/{run['id']}/results", params=params)).json()
             engine_ms += [t["engine_ms"] for r in page["items"] for t in r["turns"]]
+            results += page["items"]
             cursor = page["next_cursor"]
             if not cursor:
                 break
@@ -130,7 +135,28 @@ async def platform_run(platform: str, key: str, items: list[dict[str, Any]]) -> 
         "engine_p50": pct(engine_ms, 50),
         "engine_p99": pct(engine_ms, 99),
         "turn_p50": run["summary"].get("turn_ms_p50"),
+        "results": results,
     }
+
+
+def voice_figures(results: list[dict[str, Any]]) -> None:
+    """Per scenario and per language: words heard as said and voice-to-voice latency."""
+    by_language: dict[str, tuple[list[float], list[float]]] = {}
+    for result in results:
+        voiced = [t["voice"] for t in result["turns"] if t.get("voice") and t["voice"].get("said")]
+        accuracy = [v["recognition_accuracy"] for v in voiced]
+        latency = [v["voice_to_voice_ms"] for v in voiced if v.get("voice_to_voice_ms") is not None]
+        language = result["name"][:2]
+        by_language.setdefault(language, ([], []))[0].extend(accuracy)
+        by_language[language][1].extend(latency)
+        heard = "; ".join(f"{v['said']!r} -> {v['heard']!r}" for v in voiced)
+        print(f"  {result['name']}: {result['status']} {result['reason'] or ''} | {heard}")
+    for language, (accuracy, latency) in sorted(by_language.items()):
+        mean = f"{sum(accuracy) / len(accuracy):.2f}" if accuracy else "-"
+        p50 = f"{pct(latency, 50):.0f} ms" if latency else "-"
+        print(
+            f"voice, {language}: words heard as said {mean} over {len(accuracy)} turns; voice-to-voice p50 {p50}"
+        )
 
 
 def _time(value: str) -> float:
@@ -145,6 +171,7 @@ def main() -> None:
     )
     parser.add_argument("--copies", type=int, default=20, help="Copies of the 10 demo scenarios.")
     parser.add_argument("--postgres", action="store_true", help="Run the platform on PostgreSQL.")
+    parser.add_argument("--voice", action="store_true", help="Also run the demo suite once in voice mode.")
     args = parser.parse_args()
     items = scenarios(args.copies)
     pg_name: str | None = None
@@ -199,6 +226,12 @@ def main() -> None:
                 f"engine time per turn p50 {run['engine_p50']:.2f} ms, p99 {run['engine_p99']:.2f} ms; "
                 f"turn (engine+tool) p50 {run['turn_p50']} ms"
             )
+            if args.voice:
+                voiced = asyncio.run(
+                    platform_run(f"http://127.0.0.1:{platform_port}", key, demo_scenarios(), "voice", "en")
+                )
+                print(f"voice mode, demo suite on the English agent: {voiced['counts']}")
+                voice_figures(voiced["results"])
         finally:
             errors = [line for line in Path(tmp, "platform.log").read_text().splitlines() if "error" in line]
             print(f"platform log: {len(errors)} error lines", *(e[:300] for e in errors[:3]), sep="\n  ")
