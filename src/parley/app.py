@@ -27,6 +27,7 @@ from parley.calls.router import router as calls_router
 from parley.channels.router import router as channels_router
 from parley.config import Settings, prepare_settings
 from parley.datasets.router import router as datasets_router
+from parley.evaluations.router import router as evaluations_router
 from parley.flows.router import router as flows_router
 from parley.integrations.router import router as integrations_router
 from parley.integrations.tasks import TokenRefresher
@@ -82,6 +83,7 @@ ROUTERS = (
     tools_router,
     knowledge_router,
     datasets_router,
+    evaluations_router,
     providers_router,
     assets_router,
     uploads_router,

@@ -37,6 +37,8 @@ app.add_typer(token_app, name="token")
 app.add_typer(connector_app, name="connector")
 demo_app = typer.Typer(help="The demo repair shop and its order-status agent.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
+eval_app = typer.Typer(help="Evaluations: run a test suite against a flow.", no_args_is_help=True)
+app.add_typer(eval_app, name="eval")
 
 console = Console(stderr=True, soft_wrap=True)  # one sentence stays one line, for logs and scripts
 out = Console(soft_wrap=True)
@@ -174,6 +176,7 @@ def up(
     out.print(f"  Platform API:    http://{host}:{port}   (OpenAPI docs at /docs)")
     out.print(f"  Order connector: http://{host}:{connector_port}   ({orders} orders)")
     out.print("  Demo shop: the order-status agent in German and English, with the order_lookup tool")
+    out.print("  Its test suite: parley eval run Auftragsstatus --suite 'Order status regression'")
     out.print("\n  Paste these lines into another shell (admin token valid 30 days):")
     exports = {
         "PARLEY_URL": f"http://{host}:{port}",
@@ -241,6 +244,7 @@ def demo_seed(
     out.print(f"tool {result.tool_id}")
     for language, flow_id in result.flow_ids.items():
         out.print(f"flow {language} {flow_id}")
+    out.print(f"suite {result.suite_id}")
 
 
 def _local_connector_key(settings: Settings) -> str:
@@ -406,6 +410,59 @@ def chat(
     except ChatError as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from exc
+
+
+@eval_app.command("run")
+def eval_run(
+    flow: Annotated[str, typer.Argument(help="Flow id or name.")],
+    suite: Annotated[str, typer.Option(help="The test suite: its name or dataset id (ds_...).")],
+    version: Annotated[
+        int | None, typer.Option(help="A published version (default: the flow's draft).", show_default=False)
+    ] = None,
+    voice: Annotated[
+        bool, typer.Option("--voice", help="Voice mode: speak the caller's lines through the voice pipeline.")
+    ] = False,
+    junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.", show_default=False)] = None,
+    json_file: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write the run and its results as JSON here.", show_default=False),
+    ] = None,
+    url: Annotated[
+        str, typer.Option(envvar="PARLEY_URL", help="The platform API.")
+    ] = "http://127.0.0.1:8000",
+    token: Annotated[
+        str | None, typer.Option(envvar="PARLEY_TOKEN", help="A JWT or API key (pk_...).", show_default=False)
+    ] = None,
+    org: Annotated[str | None, typer.Option(envvar="PARLEY_ORG", help="The organization id.")] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Give up (and cancel the run) after this many seconds.")
+    ] = 1800,
+) -> None:
+    """Run a test suite against a flow through the HTTP API; exits 1 unless every scenario passed."""
+    from parley.evaluations.client import EvalError, run_eval
+
+    if not token:
+        console.print("[red]No token:[/red] pass --token or set PARLEY_TOKEN (see `parley token create`).")
+        raise typer.Exit(2)
+    try:
+        passed = run_eval(
+            url=url,
+            token=token,
+            org=org,
+            flow=flow,
+            suite=suite,
+            version=version,
+            voice=voice,
+            junit_path=junit,
+            json_path=json_file,
+            timeout=timeout,
+            console=console,
+            out=out,
+        )
+    except EvalError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    raise typer.Exit(0 if passed else 1)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from parley.brain.models import BrainSignal
 from parley.calls.models import Call
 from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage
 from parley.datasets.models import Dataset, DatasetItem, DatasetTag
+from parley.evaluations.models import EvaluationResult, EvaluationRun, EvaluationSuite
 from parley.flows.models import Flow, FlowVersion
 from parley.integrations.models import IntegrationClient, IntegrationConnection, OAuthState
 from parley.kit.db import Base
@@ -36,6 +37,9 @@ __all__ = [
     "DatasetItem",
     "DatasetTag",
     "DispatchRule",
+    "EvaluationResult",
+    "EvaluationRun",
+    "EvaluationSuite",
     "Flow",
     "FlowVersion",
     "IntegrationClient",

@@ -14,6 +14,7 @@ from parley.kit.jobs import JobRegistry, registry
 
 TASK_MODULES: tuple[str, ...] = (
     "parley.channels.tasks",  # WhatsApp: answer an inbound message, send pending replies
+    "parley.evaluations.tasks",  # run a chunk of an evaluation run
     "parley.integrations.tasks",  # refresh OAuth2 tokens about to expire
     "parley.knowledge.tasks",  # ingest (extract, chunk, index) a knowledge document
     "parley.notifications.tasks",  # deliver a notification (webhook, Slack, email), with retries

@@ -13,6 +13,13 @@ Behaviour is chosen by the requested model name, so a test steers it without pat
   contains "furious", "fed up" or "nase voll"; the same inside a ```json code fence with words around
   it for "unverschämt"; ``negative`` with confidence 0.5 for "a bit impatient"; prose instead of JSON
   for "gibberish" (before any other marker); otherwise ``neutral`` with confidence 0.8.
+- an evaluation's simulated caller (the system message says "You play the caller"): answers the
+  agent's last line (the last user message): a question for the order number gets the digits of the
+  persona ("My order number is 12."), the callback question gets "no thanks"/"nein danke", anything
+  else (a goodbye) gets ``[HANGUP]``;
+- an evaluation's judge (the system message says "You judge a phone conversation"): one verdict per
+  numbered criterion; a criterion with a word in single quotes passes when that word occurs in the
+  conversation (case-insensitive), one without passes.
 Streams send ``chat.completion.chunk`` events, a usage chunk (``stream_options.include_usage``) and
 ``[DONE]``. The server records each request and whether a stream was abandoned by the client.
 """
@@ -60,12 +67,38 @@ def _classify(user: str) -> str:
     return _verdict("neutral", 0.8, "A calm request.")
 
 
+def _play_caller(system: str, agent: str) -> str:
+    line = agent.casefold()
+    if "call back" in line or "rückruf" in line:
+        return "nein danke" if "rückruf" in line else "no thanks"
+    if "number" in line or "nummer" in line:
+        digits = "".join(re.findall(r"\d", system.split("Goal:", 1)[0])) or "0"
+        return f"Meine Nummer ist {digits}." if "nummer" in line else f"My order number is {digits}."
+    return "[HANGUP]"
+
+
+def _judge(user: str) -> str:
+    conversation, _, criteria = user.partition("Criteria:")
+    verdicts = []
+    for line in criteria.strip().splitlines():
+        criterion = line.split(".", 1)[-1].strip()
+        quoted = re.findall(r"'([^']+)'", criterion)
+        missing = [word for word in quoted if word.casefold() not in conversation.casefold()]
+        reason = f"{missing[0]!r} was not said." if missing else "Everything asked for was said."
+        verdicts.append({"criterion": criterion, "passed": not missing, "reason": reason})
+    return json.dumps({"criteria": verdicts})
+
+
 def _answer(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
     messages = body.get("messages", [])
     user = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
     system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
     if '"sentiment"' in system:
         return _classify(user), []
+    if "You play the caller" in system:
+        return _play_caller(system, user), []
+    if "You judge a phone conversation" in system:
+        return _judge(user), []
     tools = body.get("tools") or []
     if tools and "order" in user.lower():
         digits = "".join(re.findall(r"\d", user)) or "0"

@@ -134,7 +134,18 @@ async def delete_dataset(
     return DeletedOut(id=dataset.id)
 
 
-@router.post("/{datasetId}/items", summary="Create Dataset Items", response_model=DatasetItemsCreated)
+# A test suite's items that are not valid scenarios are a 422 with a sentence (ErrorBody).
+ITEMS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    422: {**IMPORT_RESPONSES[422], "description": "Invalid fields, or items a test suite does not accept."}
+}
+
+
+@router.post(
+    "/{datasetId}/items",
+    summary="Create Dataset Items",
+    response_model=DatasetItemsCreated,
+    responses=ITEMS_RESPONSES,
+)
 async def create_dataset_items(
     request: Request,
     session: DbSession,
@@ -254,7 +265,19 @@ async def import_dataset_items(
     ]
     if parsed.errors and not skip_invalid:
         return DatasetImportOut(imported=0, skipped=0, format=parsed.format, errors=errors)
-    rows = await service.add_items(session, context.organization_id, dataset, [row for _, row in parsed.rows])
+    valid = parsed.rows
+    try:
+        rows = await service.add_items(session, context.organization_id, dataset, [row for _, row in valid])
+    except service.InvalidItems as exc:  # e.g. a test suite's rows that are not valid scenarios
+        refused = {index for index, _ in exc.problems}
+        parsed.errors = sorted(parsed.errors + [(valid[i][0], message) for i, message in exc.problems])
+        errors = [
+            ImportProblem(line=line, message=message) for line, message in parsed.errors[:MAX_REPORTED_ERRORS]
+        ]
+        if not skip_invalid:
+            return DatasetImportOut(imported=0, skipped=0, format=parsed.format, errors=errors)
+        valid = [row for i, row in enumerate(valid) if i not in refused]
+        rows = await service.add_items(session, context.organization_id, dataset, [row for _, row in valid])
     describe(request, "dataset", dataset.id, imported=len(rows), skipped=len(parsed.errors))
     return DatasetImportOut(
         imported=len(rows), skipped=len(parsed.errors), format=parsed.format, errors=errors

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy import Select, delete, exists, func, select
@@ -10,9 +11,23 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.auth.principal import OrgContext
 from parley.datasets.models import Dataset, DatasetItem, DatasetTag
 from parley.datasets.schemas import DatasetCreate, DatasetOut, DatasetUpdate
-from parley.kit.errors import Conflict, NotFound
+from parley.kit.errors import Conflict, NotFound, Unprocessable
 from parley.kit.ids import new_id
 from parley.kit.tenancy import get_owned, scoped
+
+
+class InvalidItems(Unprocessable):
+    """Items a dataset with a role of its own refuses; ``problems`` are (0-based index, message)."""
+
+    def __init__(self, detail: str, problems: list[tuple[int, str]]) -> None:
+        super().__init__(detail)
+        self.problems = problems
+
+
+# Checks that other domains hook in for datasets with a role of their own (evaluation suites accept
+# only valid scenarios); each answers the items as they are to be stored, or raises InvalidItems.
+ItemCheck = Callable[[AsyncSession, Dataset, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
+item_checks: list[ItemCheck] = []
 
 
 async def _count_items(session: AsyncSession, dataset_ids: list[str]) -> dict[str, int]:
@@ -112,6 +127,8 @@ async def delete_dataset(session: AsyncSession, organization_id: str, dataset_id
 async def add_items(
     session: AsyncSession, organization_id: str, dataset: Dataset, items: list[dict[str, Any]]
 ) -> list[DatasetItem]:
+    for item_check in item_checks:
+        items = await item_check(session, dataset, items)
     rows = [
         DatasetItem(id=new_id("dsi"), organization_id=organization_id, dataset_id=dataset.id, data=data)
         for data in items

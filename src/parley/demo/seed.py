@@ -2,8 +2,8 @@
 
 It makes sure that the owner exists, owns an organization "Autohaus Demo", that the organization has an
 ``order_lookup`` tool pointing at the order connector with the given key, and that the order-status
-agent is published in German and in English. Existing pieces are reused; only what is missing or out
-of date is written.
+agent is published in German and in English, with a test suite of scenarios for it (see
+:mod:`parley.demo.suite`). Existing pieces are reused; only what is missing or out of date is written.
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from parley.auth.models import Membership, Organization, User
 from parley.auth.principal import OrgContext
 from parley.auth.roles import Role
 from parley.config import Settings
+from parley.datasets import service as datasets
+from parley.datasets.models import Dataset, DatasetItem
+from parley.datasets.schemas import DatasetCreate
 from parley.demo.flows import order_status_flow
+from parley.demo.suite import SUITE_NAME, demo_scenarios
+from parley.evaluations import service as evaluations
+from parley.evaluations.scenarios import parse_items
+from parley.evaluations.schemas import SuiteIn
 from parley.flows import service as flows
 from parley.flows.models import Flow
 from parley.flows.schemas import FlowCreate, FlowUpdate
@@ -37,6 +44,7 @@ class SeedResult:
     organization_id: str
     tool_id: str
     flow_ids: dict[str, str]
+    suite_id: str = ""
 
 
 async def _owner(session: AsyncSession, subject: str) -> User:
@@ -120,6 +128,28 @@ async def _published_flow(session: AsyncSession, context: OrgContext, language: 
     return flow
 
 
+async def _suite(session: AsyncSession, context: OrgContext, flow_id: str) -> Dataset:
+    """The order-status suite, its scenarios replaced only when they changed."""
+    dataset = await session.scalar(
+        select(Dataset).where(Dataset.organization_id == context.organization_id, Dataset.name == SUITE_NAME)
+    )
+    if dataset is None:
+        data = DatasetCreate(
+            name=SUITE_NAME, description="Scenarios the order-status agents must pass.", tags=["demo"]
+        )
+        dataset = await datasets.create_dataset(session, context, data)
+    await evaluations.put_suite(session, context.organization_id, dataset.id, SuiteIn(flow_id=flow_id))
+    wanted, _ = parse_items(demo_scenarios(), None)
+    items = list(await session.scalars(select(DatasetItem).where(DatasetItem.dataset_id == dataset.id)))
+    key = sorted(str(sorted(d.items())) for d in wanted)
+    if sorted(str(sorted(i.data.items())) for i in items) != key:
+        for item in items:
+            await session.delete(item)
+        await session.flush()
+        await datasets.add_items(session, context.organization_id, dataset, wanted)
+    return dataset
+
+
 async def seed_demo(
     session: AsyncSession, settings: Settings, *, owner_subject: str, connector_url: str, connector_key: str
 ) -> SeedResult:
@@ -129,7 +159,8 @@ async def seed_demo(
     context = user_context(org.id, Role.owner, user_id=user.id, subject=owner_subject)
     tool = await _tool(session, settings, context, connector_url, connector_key)
     flow_ids = {language: (await _published_flow(session, context, language)).id for language in DEMO_FLOWS}
-    return SeedResult(org.id, tool.id, flow_ids)
+    suite = await _suite(session, context, flow_ids["de"])
+    return SeedResult(org.id, tool.id, flow_ids, suite.id)
 
 
 async def run_seed(

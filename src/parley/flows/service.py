@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -267,6 +268,11 @@ def _structural_issues(raw: Any, exc: ValidationError) -> list[Issue]:
 
 # --- versions ---------------------------------------------------------------------------------------
 
+# Checks other domains hook in before a draft is published (the evaluation gate); each raises a
+# Conflict to refuse. Hooks keep flows free of imports from those domains.
+PublishCheck = Callable[[AsyncSession, OrgContext, Flow], Awaitable[None]]
+publish_checks: list[PublishCheck] = []
+
 
 async def publish(
     session: AsyncSession, context: OrgContext, flow_id: str, notes: str | None = None
@@ -280,6 +286,8 @@ async def publish(
             f"The draft is not valid and cannot be published ({len(issues)} problem(s); first: {where}: "
             f"{first.message}). See POST /api/flows/{flow.id}/validate."
         )
+    for publish_check in publish_checks:  # e.g. the evaluation gate: a required suite must pass
+        await publish_check(session, context, flow)
     latest = await session.scalar(
         select(FlowVersion)
         .where(FlowVersion.flow_id == flow.id)

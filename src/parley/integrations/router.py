@@ -9,7 +9,6 @@ from fastapi.responses import HTMLResponse
 from parley.audit.dependencies import describe, request_facts
 from parley.auth.dependencies import OrgAdmin, OrgReader, limit_by_address
 from parley.integrations import oauth, service
-from parley.integrations import tasks as _tasks  # noqa: F401  (registers the refresh job)
 from parley.integrations.models import IntegrationConnection
 from parley.integrations.schemas import (
     CallbackOut,

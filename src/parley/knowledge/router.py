@@ -16,7 +16,6 @@ from parley.kit.jobs import runner_for
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut, StrictModel
 from parley.knowledge import service
-from parley.knowledge import tasks as _tasks  # noqa: F401  (registers the ingestion job)
 from parley.knowledge.models import KnowledgeDocument
 from parley.knowledge.schemas import (
     DocumentStatusName,
