@@ -51,10 +51,10 @@ async def test_scenarios_are_validated_on_write(lab: Lab) -> None:
     for data, message in cases:
         response = await lab.post(url, {"data": data})
         assert response.status_code == 422, (data, response.text)
-        assert message in response.json()["detail"], (message, response.json()["detail"])
+        assert message in str(response.json()["detail"]), (message, response.json()["detail"])
     batch = await lab.post(url, {"items": [{"data": KNOWN}, {"data": {"name": "y", "turns": [{}]}}]})
     assert batch.status_code == 422
-    assert batch.json()["detail"].startswith("1 of 2 item(s) are not valid scenarios: item 2:")
+    assert batch.json()["detail"][0]["msg"].startswith("1 of 2 item(s) are not valid scenarios: item 2:")
     assert (await lab.ok(await lab.get(f"/api/datasets/{suite}")))["item_count"] == 0  # all or nothing
     # A plain dataset still takes any JSON object.
     plain = await lab.ok(await lab.post("/api/datasets", {"name": "Plain"}))
@@ -62,7 +62,9 @@ async def test_scenarios_are_validated_on_write(lab: Lab) -> None:
         await lab.post(f"/api/datasets/{plain['id']}/items", {"data": {"anything": 1}})
     ).status_code == 200
     refused = await lab.put(f"/api/evaluations/suites/{plain['id']}", {})
-    assert refused.status_code == 422 and "1 of 1 item(s) are not valid scenarios" in refused.json()["detail"]
+    assert refused.status_code == 422 and "1 of 1 item(s) are not valid scenarios" in str(
+        refused.json()["detail"]
+    )
 
 
 async def test_import_jsonl_and_csv_into_a_suite(lab: Lab) -> None:

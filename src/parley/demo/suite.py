@@ -75,6 +75,7 @@ def _scenarios(language: str) -> list[dict[str, Any]]:
         {
             "name": f"{language}: unknown order",
             "language": language,
+            "line": "transferred",  # a phone call: the colleague answers
             "turns": [
                 {"say": "999999", "expect": [{"contains": t["not_found"]}, {"contains": t["ask"]}]},
                 {"say": "999998", "expect": [{"contains": t["handoff"]}]},
@@ -89,6 +90,7 @@ def _scenarios(language: str) -> list[dict[str, Any]]:
         {
             "name": f"{language}: connector outage",
             "language": language,
+            "line": "transferred",
             "mocks": {
                 "order_lookup": {"status": "error", "http_status": 503, "error": "connector unavailable"}
             },
@@ -105,6 +107,7 @@ def _scenarios(language: str) -> list[dict[str, Any]]:
         {
             "name": f"{language}: caller does not answer",
             "language": language,
+            "line": "transferred",
             "turns": [
                 {"silence": True, "expect": [{"contains": t["reprompt"]}]},
                 {"silence": True, "expect": [{"contains": t["reprompt"]}]},

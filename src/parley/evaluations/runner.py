@@ -8,14 +8,14 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from parley.evaluations.expectations import Conversation, TurnRecord, check
 from parley.evaluations.schemas import Scenario, TextCheck, ToolMock
 from parley.evaluations.voice import VoiceFailure, voice_turns
 from parley.flows.definition import FlowDefinition
 from parley.runtime.engine import FlowEngine, TurnResult
-from parley.runtime.ports import LlmError, LlmPort, ToolOutcome, ToolPort, ToolSpec
+from parley.runtime.ports import HandOver, LlmError, LlmPort, ToolOutcome, ToolPort, ToolSpec
 from parley.voice.engines.base import SttEngine, TtsEngine, Vad
 
 HANGUP = "[HANGUP]"
@@ -56,6 +56,21 @@ class MockedTools:
         return await self.inner.describe(refs)
 
 
+class MockedLine:
+    """The phone line a scenario's transfers meet (``Scenario.line``); never a real call."""
+
+    def __init__(self, status: Literal["transferred", "failed", "unavailable"]) -> None:
+        self.status = status
+
+    async def transfer(self, target: str, message: str, language: str) -> HandOver:
+        if self.status == "unavailable":
+            return HandOver("unavailable", reason="An evaluation has no phone line (Scenario.line).")
+        return HandOver(self.status, "evaluation", None if self.status == "transferred" else "mocked failure")
+
+    async def hang_up(self) -> None:
+        return None
+
+
 @dataclass
 class Outcome:
     status: str
@@ -93,8 +108,11 @@ class Outcome:
 
 
 def _record(conversation: Conversation, index: int, caller: str | None, result: TurnResult) -> None:
+    # What the caller heard: the said lines, and a transfer's message (the line speaks it).
+    heard = [result.text, *(e.text for e in result.events if e.type == "transfer" and e.text)]
+    reply = " ".join(part for part in heard if part)
     conversation.turns.append(
-        TurnRecord(index, caller, result.text, result.engine_ms, result.tool_ms, result.llm_ms)
+        TurnRecord(index, caller, reply, result.engine_ms, result.tool_ms, result.llm_ms)
     )
     for event in result.events:
         if event.node_id and event.node_id not in conversation.visited:

@@ -128,6 +128,12 @@ class Scenario(StrictModel):
     caller: str | None = Field(default=None, max_length=40)
     turns: list[CallerTurn] = Field(default_factory=list, max_length=50)
     mocks: dict[str, ToolMock] = Field(default_factory=dict, max_length=20)
+    line: Literal["transferred", "failed", "unavailable"] = Field(
+        default="transferred",
+        description="What a transfer meets (no real call is ever made): a phone line whose target "
+        "answers (transferred, the default), a line whose provider refuses (failed), or no phone line "
+        "at all, as on a web call (unavailable).",
+    )
     expect: Expectations = Field(default_factory=Expectations)
     # A simulated caller (needs the organization's LLM provider): an LLM plays persona + goal.
     persona: str | None = Field(default=None, min_length=1, max_length=2000)

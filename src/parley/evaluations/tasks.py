@@ -20,7 +20,7 @@ from parley.auth.principal import OrgContext
 from parley.auth.roles import Role
 from parley.evaluations import service
 from parley.evaluations.models import EvaluationResult, EvaluationRun
-from parley.evaluations.runner import MockedTools, Outcome, VoiceKit, run_scenario
+from parley.evaluations.runner import MockedLine, MockedTools, Outcome, VoiceKit, run_scenario
 from parley.evaluations.schemas import Scenario
 from parley.flows.definition import FlowDefinition
 from parley.flows.models import Flow, FlowVersion
@@ -112,6 +112,7 @@ async def _run_one(
             tools=MockedTools(PlatformTools(session, context.settings, run.organization_id), scenario.mocks),
             knowledge=PlatformKnowledge(session, run.organization_id),
             llm=llm if any(n.type in ("llm", "knowledge") for n in definition.nodes) else None,
+            calls=MockedLine(scenario.line),
         )
         voice = _voice_kit(context, definition) if run.mode == "voice" else None
         try:
