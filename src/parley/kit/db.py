@@ -265,6 +265,9 @@ async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
     A bare session (not opened by a unit of work) has no database to open another from: the block
     then runs in a savepoint of ``session`` itself, so a failure inside cannot spoil its transaction.
     """
+    request_unit: RequestUnit | None = session.info.get("request_unit")
+    if request_unit is not None:
+        await request_unit.release_reader()  # authentication's reader must not wait on the I/O either
     database: Database | None = session.info.get("database")
     if database is None:
         async with session.begin_nested():
@@ -293,7 +296,11 @@ class RequestUnit:
     def __init__(self, request: Request) -> None:
         self.database: Database = request.app.state.db
         self.write = request.method not in SAFE_METHODS
-        self.info: dict[str, Any] = {"jobs": _jobs_of(request), "database": self.database}
+        self.info: dict[str, Any] = {
+            "jobs": _jobs_of(request),
+            "database": self.database,
+            "request_unit": self,
+        }
         self.reader: AsyncSession | None = None
         self.writer: AsyncSession | None = None
         self.done = False
