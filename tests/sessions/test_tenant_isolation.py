@@ -285,3 +285,38 @@ def test_a_slow_upstream_in_a_tool_test_or_a_turn_does_not_block_other_tenants(
                 thread.join(GENEROUS)
         assert answers["test"].status_code == 200, answers["test"].text
         assert answers["turn"].status_code == 200, answers["turn"].text
+
+
+def test_turns_waiting_for_a_slot_hold_no_database_connection(tmp_path: Path, database_url: str) -> None:
+    # Twelve turns of one organization, one slot, a pool of three: the eleven that wait in line must
+    # not hold connections, or the running turn could not get one to save itself.
+    with (
+        platform(tmp_path, database_url, turn_slots_per_organization=1, db_pool_size=3) as base,
+        httpx.Client(base_url=base, timeout=GENEROUS) as client,
+    ):
+        busy = tenant(client, "busy-org")
+        flow_id = published_flow(client, busy, ECHO)
+        replies: list[str] = []
+        errors: list[str] = []
+
+        def converse(i: int) -> None:
+            with httpx.Client(base_url=base, timeout=GENEROUS) as own:
+                opening = own.post("/api/sessions", json={"flow_id": flow_id}, headers=busy)
+                if opening.status_code != 200:
+                    errors.append(opening.text)
+                    return
+                turn = own.post(
+                    f"/api/sessions/{opening.json()['id']}/messages", json={"text": f"n{i}"}, headers=busy
+                )
+                if turn.status_code != 200:
+                    errors.append(turn.text)
+                    return
+                replies.append(turn.json()["reply"])
+
+        threads = [threading.Thread(target=converse, args=(i,)) for i in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(GENEROUS)
+        assert errors == []
+        assert sorted(replies) == sorted(f"Echo n{i}. Say something." for i in range(12))

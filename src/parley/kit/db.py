@@ -375,6 +375,14 @@ class RequestUnit:
                 session.add_all(changed)
 
 
+async def release_reader(request: Request) -> None:
+    """Give authentication's read connection back now: call it before a request waits (a turn slot),
+    so waiting requests never hold pool connections the running ones need."""
+    unit: RequestUnit | None = getattr(request.state, "uow", None)
+    if unit is not None:
+        await unit.release_reader()
+
+
 async def get_read_session(request: Request) -> AsyncIterator[AsyncSession]:
     """A short read session for authentication; given back once the handler's session begins."""
     unit = RequestUnit.of(request)
