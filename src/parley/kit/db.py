@@ -266,8 +266,14 @@ async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
     then runs in a savepoint of ``session`` itself, so a failure inside cannot spoil its transaction.
     """
     request_unit: RequestUnit | None = session.info.get("request_unit")
-    if request_unit is not None:
-        await request_unit.release_reader()  # authentication's reader must not wait on the I/O either
+    if request_unit is not None and request_unit.reader is not None:
+        # Authentication's reader is still open: read through it (one connection less), then give it
+        # back, so it does not wait on the I/O that follows either.
+        try:
+            yield request_unit.reader
+        finally:
+            await request_unit.release_reader()
+        return
     database: Database | None = session.info.get("database")
     if database is None:
         async with session.begin_nested():

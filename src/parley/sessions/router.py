@@ -88,7 +88,8 @@ async def _serialized(session_id: SessionId) -> AsyncIterator[TurnHold]:
 
 
 async def _slot(request: Request, context: OrgWriter) -> AsyncIterator[None]:
-    await release_reader(request)
+    if not locks.slot_free(request.app, context.organization_id):
+        await release_reader(request)
     async with locks.turn_slot(request.app, context.organization_id):
         yield
 
@@ -98,7 +99,8 @@ async def _with_slot(
 ) -> TurnHold:
     # The slot is the organization's, known once the caller is authenticated; the lock's stack owns it.
     # Waiting for it holds no pool connection (the running turns need them).
-    await release_reader(request)
+    if not locks.slot_free(request.app, context.organization_id):
+        await release_reader(request)
     await hold.stack.enter_async_context(locks.turn_slot(request.app, context.organization_id))
     return hold
 
