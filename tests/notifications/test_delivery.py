@@ -15,9 +15,9 @@ from sqlalchemy import select, update
 from parley.calls.service import record_call
 from parley.kit.db import utcnow
 from parley.kit.jobs import runner_for
-from parley.notifications.tasks import deliver, unfinished
 from parley.notifications.models import NotificationDelivery
 from parley.notifications.service import DELIVER_JOB
+from parley.notifications.tasks import deliver, unfinished
 from tests.calls.helpers import flow_signal, make_record
 from tests.live import serve_in_thread
 from tests.notifications.conftest import Mailbox, Platform, PlatformFactory, Receiver
