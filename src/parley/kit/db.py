@@ -232,13 +232,20 @@ async def checkpoint(session: AsyncSession) -> None:
 
 @asynccontextmanager
 async def unit_of_work(
-    database: Database, *, write: bool = True, jobs: Any = None, info: dict[str, Any] | None = None
+    database: Database,
+    *,
+    write: bool = True,
+    commit: bool | None = None,
+    jobs: Any = None,
+    info: dict[str, Any] | None = None,
 ) -> AsyncIterator[AsyncSession]:
     """A session whose work commits when the block ends (hooks included) and rolls back on error.
 
     ``write=False`` opens a read session: nothing is committed and the connection is given back when
     the block ends, so it can wrap a short look-up before outbound I/O. A session that has not run a
-    statement yet holds no connection. ``jobs`` is the queue after-commit enqueues go to.
+    statement yet holds no connection. ``commit`` overrides whether the block commits (a GET request
+    reads without SQLite's write lock, yet commits what authentication noted). ``jobs`` is the queue
+    after-commit enqueues go to.
     """
     maker = database.write_sessionmaker if write else database.sessionmaker
     async with maker() as session:
@@ -252,7 +259,7 @@ async def unit_of_work(
         except BaseException:
             await session.rollback()
             raise
-        if write:
+        if write if commit is None else commit:
             await _finish(session)
 
 
@@ -265,6 +272,15 @@ async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
     A bare session (not opened by a unit of work) has no database to open another from: the block
     then runs in a savepoint of ``session`` itself, so a failure inside cannot spoil its transaction.
     """
+    request_unit: RequestUnit | None = session.info.get("request_unit")
+    if request_unit is not None and request_unit.reader is not None:
+        # Authentication's reader is still open: read through it (one connection less), then give it
+        # back, so it does not wait on the I/O that follows either.
+        try:
+            yield request_unit.reader
+        finally:
+            await request_unit.release_reader()
+        return
     database: Database | None = session.info.get("database")
     if database is None:
         async with session.begin_nested():
@@ -293,7 +309,11 @@ class RequestUnit:
     def __init__(self, request: Request) -> None:
         self.database: Database = request.app.state.db
         self.write = request.method not in SAFE_METHODS
-        self.info: dict[str, Any] = {"jobs": _jobs_of(request), "database": self.database}
+        self.info: dict[str, Any] = {
+            "jobs": _jobs_of(request),
+            "database": self.database,
+            "request_unit": self,
+        }
         self.reader: AsyncSession | None = None
         self.writer: AsyncSession | None = None
         self.done = False
@@ -312,10 +332,7 @@ class RequestUnit:
             self.reader.info.update(jobs=self.info["jobs"], database=self.database)
         return self.reader
 
-    def open_writer(self) -> AsyncSession:
-        maker = self.database.write_sessionmaker if self.write else self.database.sessionmaker
-        writer = maker()
-        writer.sync_session.info = self.info
+    def attach_writer(self, writer: AsyncSession) -> None:
         self.writer = writer
 
         # Both run inside the writer's greenlet before it takes a connection (and SQLite's write lock):
@@ -327,8 +344,6 @@ class RequestUnit:
         @event.listens_for(writer.sync_session, "before_flush")
         def _before_flush(_session: Any, _context: Any, _instances: Any) -> None:
             self._hand_over_sync()
-
-        return writer
 
     def _adopt_hooks(self, reader: Session) -> None:
         for key in ("before_commit", "after_commit"):
@@ -368,6 +383,14 @@ class RequestUnit:
                 session.add_all(changed)
 
 
+async def release_reader(request: Request) -> None:
+    """Give authentication's read connection back now: call it before a request waits (a turn slot),
+    so waiting requests never hold pool connections the running ones need."""
+    unit: RequestUnit | None = getattr(request.state, "uow", None)
+    if unit is not None:
+        await unit.release_reader()
+
+
 async def get_read_session(request: Request) -> AsyncIterator[AsyncSession]:
     """A short read session for authentication; given back once the handler's session begins."""
     unit = RequestUnit.of(request)
@@ -384,17 +407,12 @@ async def get_read_session(request: Request) -> AsyncIterator[AsyncSession]:
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
     """The handler's session, committed by the request's unit of work when the handler returns."""
     unit = RequestUnit.of(request)
-    session = unit.open_writer()
-    request.state.db_session = session
-    async with session:
-        try:
-            yield session
-        except BaseException:
-            await session.rollback()
-            raise
-        await unit.release_reader()
-        await _finish(session)
-        unit.done = True
+    async with unit_of_work(unit.database, write=unit.write, commit=True, info=unit.info) as session:
+        unit.attach_writer(session)
+        request.state.db_session = session
+        yield session
+        await unit.release_reader()  # authentication's changes and hooks join this commit
+    unit.done = True
 
 
 # scope="function": the transaction commits when the handler returns, before the response is sent.

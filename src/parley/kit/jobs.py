@@ -156,7 +156,7 @@ class JobQueue(ABC):
         found: list[tuple[str, Payload]] = []
         for name, query in self.jobs.recoveries.items():
             try:
-                async with self.context.unit(write=False) as session:
+                async with self.context.db.sessionmaker() as session:  # a read, never committed
                     payloads = await query(session)
             except Exception as exc:  # e.g. the database is down at start-up: /readyz reports that
                 log.warning("jobs_recovery_failed", job=name, error_type=type(exc).__name__)

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
 from parley.config import Settings
+from parley.kit.db import short_read
 from parley.kit.errors import ParleyError
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy, guarded_client
@@ -115,7 +116,8 @@ def to_response(provider: str, completion: Completion, started: float) -> ChatRe
 async def chat(
     session: AsyncSession, settings: Settings, context: OrgContext, data: ChatRequest
 ) -> ChatResponse:
-    provider = await resolve_provider(session, settings, context, data.provider)
+    async with short_read(session) as reader:  # no transaction or connection waits on the model
+        provider = await resolve_provider(reader, settings, context, data.provider)
     client, http = client_for(settings, provider)
     started = time.perf_counter()
     async with http:
@@ -128,7 +130,8 @@ async def open_stream(
     session: AsyncSession, settings: Settings, context: OrgContext, data: ChatRequest
 ) -> tuple[ResolvedProvider, StreamEvent, AsyncIterator[StreamEvent], Any]:
     """Start a streamed chat and wait for its first event, so upstream failures still get a status code."""
-    provider = await resolve_provider(session, settings, context, data.provider)
+    async with short_read(session) as reader:  # no transaction or connection waits on the model
+        provider = await resolve_provider(reader, settings, context, data.provider)
     client, http = client_for(settings, provider)
     events = client.stream(_payload(data, data.model or provider.model))
     try:

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
-from parley.kit.db import after_commit, utcnow
+from parley.kit.db import after_commit, short_read, utcnow
 from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
@@ -550,8 +550,12 @@ def record_attempt(
 async def test_channel(
     session: AsyncSession, settings: Settings, organization_id: str, channel_id: str
 ) -> tuple[NotificationDelivery, senders.SendResult]:
-    """Send a test message through the channel now (enabled or not), logged as a ``test`` delivery."""
-    channel = await get_channel(session, organization_id, channel_id)
+    """Send a test message through the channel now (enabled or not), logged as a ``test`` delivery.
+
+    The channel is read in a short read of its own and the message sent before ``session`` writes
+    anything: no transaction or pool connection waits on the receiver."""
+    async with short_read(session) as reader:
+        channel = await get_channel(reader, organization_id, channel_id)
     now = utcnow()
     delivery = NotificationDelivery(
         id=new_id("ndl"),

@@ -11,6 +11,7 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.body import validate_body
 from parley.kit.crypto import mask, row_secrets
+from parley.kit.db import short_read
 from parley.kit.errors import NotFound
 from parley.kit.ids import new_id
 from parley.kit.tenancy import scoped
@@ -151,11 +152,13 @@ def load_config(settings: Settings, spec: ProviderSpec, row: ProviderConfig | No
 async def check(
     session: AsyncSession, settings: Settings, context: OrgContext, spec: ProviderSpec
 ) -> tuple[CheckResult, float]:
-    row = await find_config(session, context, spec.key)
-    try:
-        config = load_config(settings, spec, row)
-    except ValueError:
-        return CheckResult(
-            False, "The stored configuration is incomplete (a secret no longer decrypts); save it again."
-        ), 0.0
+    # Read in a short read of its own: no transaction or pool connection waits on the provider.
+    async with short_read(session) as reader:
+        row = await find_config(reader, context, spec.key)
+        try:
+            config = load_config(settings, spec, row)
+        except ValueError:
+            return CheckResult(
+                False, "The stored configuration is incomplete (a secret no longer decrypts); save it again."
+            ), 0.0
     return await run_check(settings, spec.key, config)

@@ -52,6 +52,21 @@ class PlatformTools:
         self.organization_id = organization_id
         self._cache: dict[str, Tool | None] = {}
 
+    async def preload(self, reader: AsyncSession, refs: list[str]) -> None:
+        """Look up ``refs`` at once in ``reader`` (the turn's read), so calls need no look-up of their own."""
+        wanted = [ref for ref in dict.fromkeys(refs) if ref not in self._cache]
+        if not wanted:
+            return
+        rows = (
+            await reader.scalars(
+                scoped(Tool, self.organization_id).where(or_(Tool.id.in_(wanted), Tool.name.in_(wanted)))
+            )
+        ).all()
+        for ref in wanted:
+            self._cache[ref] = next((t for t in rows if t.id == ref), None) or next(
+                (t for t in rows if t.name == ref), None
+            )
+
     async def _find(self, ref: str) -> Tool | None:
         if ref not in self._cache:
             async with short_read(self.session) as reader:

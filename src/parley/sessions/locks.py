@@ -57,6 +57,11 @@ def _slots(app: Any, organization_id: str) -> asyncio.Semaphore:
     return slots
 
 
+def slot_free(app: Any, organization_id: str) -> bool:
+    """True when a turn of the organization would get a slot at once (no wait)."""
+    return not _slots(app, organization_id).locked()
+
+
 @asynccontextmanager
 async def turn_slot(app: Any, organization_id: str) -> AsyncIterator[None]:
     """One of the organization's slots in this process for a conversation turn."""

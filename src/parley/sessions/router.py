@@ -15,7 +15,7 @@ from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.auth.principal import OrgContext
 from parley.auth.stream_tokens import issue_stream_token
 from parley.kit.body import ParsedBody
-from parley.kit.db import DbSession
+from parley.kit.db import DbSession, release_reader
 from parley.kit.errors import ParleyError, documented
 from parley.kit.jobs import runner_for
 from parley.kit.sse import openapi_stream, sse, sse_response
@@ -89,6 +89,8 @@ async def _serialized(session_id: SessionId) -> AsyncIterator[TurnHold]:
 
 
 async def _slot(request: Request, context: OrgWriter) -> AsyncIterator[None]:
+    if not locks.slot_free(request.app, context.organization_id):
+        await release_reader(request)
     async with locks.turn_slot(request.app, context.organization_id):
         yield
 
@@ -97,6 +99,9 @@ async def _with_slot(
     request: Request, hold: Annotated[TurnHold, Depends(_serialized, scope="function")], context: OrgWriter
 ) -> TurnHold:
     # The slot is the organization's, known once the caller is authenticated; the lock's stack owns it.
+    # Waiting for it holds no pool connection (the running turns need them).
+    if not locks.slot_free(request.app, context.organization_id):
+        await release_reader(request)
     await hold.stack.enter_async_context(locks.turn_slot(request.app, context.organization_id))
     return hold
 

@@ -139,9 +139,13 @@ async def _engine(
         reader, context, "openai"
     ):
         llm = PlatformLlm(session, settings, context)
+    tools = PlatformTools(session, settings, organization_id)
+    refs = [node.tool for node in definition.nodes if node.type == "tool"]
+    refs += [ref for node in definition.nodes if node.type == "llm" for ref in node.tools]
+    await tools.preload(reader, refs)
     engine = FlowEngine(
         definition,
-        tools=PlatformTools(session, settings, organization_id),
+        tools=tools,
         knowledge=PlatformKnowledge(session, organization_id),
         llm=llm,
         calls=line,

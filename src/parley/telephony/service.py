@@ -28,7 +28,7 @@ from parley.channels import routing
 from parley.config import Settings
 from parley.flows.models import Flow
 from parley.kit.crypto import mask, row_secrets
-from parley.kit.db import before_commit, utcnow
+from parley.kit.db import before_commit, short_read, utcnow
 from parley.kit.errors import Conflict, Forbidden, NotFound, ParleyError, Unprocessable, UpstreamError
 from parley.kit.ids import new_id
 from parley.kit.outbound import OutboundPolicy
@@ -334,16 +334,29 @@ async def update_trunk(
 async def delete_trunk(
     session: AsyncSession, settings: Settings, organization_id: str, trunk_id: str
 ) -> tuple[SipTrunk, bool]:
-    """Delete the trunk here and, when it was synced, at LiveKit first (502 and kept if that fails)."""
+    """Delete the trunk here and, when it was synced, at LiveKit first (502 and kept if that fails).
+
+    Read, then LiveKit, then write: no transaction is open while LiveKit answers; the write checks
+    again that nothing changed meanwhile (409)."""
+    async with short_read(session) as reader:
+        found = await get_owned(reader, SipTrunk, trunk_id, organization_id, "Trunk")
+        await _trunk_unused(reader, organization_id, found.id)
+    provider_id = found.provider_id
+    provider_deleted = await _delete_at_livekit(session, settings, organization_id, provider_id, "trunk")
     row = await get_owned(session, SipTrunk, trunk_id, organization_id, "Trunk")
-    rules = (await session.scalars(scoped(DispatchRule, organization_id))).all()
-    users = [r.name for r in rules if row.id in (r.trunk_ids or [])]
-    if users:
-        raise Conflict(f"Dispatch rule {users[0]!r} uses this trunk; remove it from the rule first.")
-    provider_deleted = await _delete_at_livekit(session, settings, organization_id, row.provider_id, "trunk")
+    await _trunk_unused(session, organization_id, row.id)
+    if row.provider_id != provider_id:
+        raise Conflict("The trunk was synced again while it was being deleted; delete it again.")
     await session.delete(row)
     await session.flush()
     return row, provider_deleted
+
+
+async def _trunk_unused(session: AsyncSession, organization_id: str, trunk_id: str) -> None:
+    rules = (await session.scalars(scoped(DispatchRule, organization_id))).all()
+    users = [r.name for r in rules if trunk_id in (r.trunk_ids or [])]
+    if users:
+        raise Conflict(f"Dispatch rule {users[0]!r} uses this trunk; remove it from the rule first.")
 
 
 async def _delete_at_livekit(
@@ -351,7 +364,8 @@ async def _delete_at_livekit(
 ) -> bool:
     if not provider_id:
         return False
-    livekit = await livekit_for(session, settings, organization_id)
+    async with short_read(session) as reader:
+        livekit = await livekit_for(reader, settings, organization_id)
     if livekit is None:
         raise Conflict(
             f"This {what.replace('_', ' ')} was synced to LiveKit, but LiveKit is no longer configured; "
@@ -453,11 +467,18 @@ async def update_rule(
 async def delete_rule(
     session: AsyncSession, settings: Settings, organization_id: str, rule_id: str
 ) -> tuple[DispatchRule, bool]:
-    """Delete the rule here and, when it was synced, at LiveKit first (502 and kept if that fails)."""
-    row = await get_owned(session, DispatchRule, rule_id, organization_id, "Dispatch rule")
+    """Delete the rule here and, when it was synced, at LiveKit first (502 and kept if that fails).
+
+    Read, then LiveKit, then write (no transaction open while LiveKit answers)."""
+    async with short_read(session) as reader:
+        found = await get_owned(reader, DispatchRule, rule_id, organization_id, "Dispatch rule")
+    provider_id = found.provider_id
     provider_deleted = await _delete_at_livekit(
-        session, settings, organization_id, row.provider_id, "dispatch_rule"
+        session, settings, organization_id, provider_id, "dispatch_rule"
     )
+    row = await get_owned(session, DispatchRule, rule_id, organization_id, "Dispatch rule")
+    if row.provider_id != provider_id:
+        raise Conflict("The dispatch rule was synced again while it was being deleted; delete it again.")
     await session.delete(row)
     await session.flush()
     return row, provider_deleted
