@@ -83,9 +83,15 @@ def test_chat_until_the_flow_ends(live: dict[str, Any]) -> None:
 def test_chat_by_name_ends_on_ctrl_d(live: dict[str, Any]) -> None:
     done = chat(live, "greeter", text="")
     assert done.returncode == 0, done.stderr
-    assert "What is your name?" in done.stdout and "Session ended: completed." in done.stdout
+    # The caller left before the flow's end: abandoned, in the CLI and on the call record.
+    assert "What is your name?" in done.stdout and "Session ended: abandoned." in done.stdout
     live_sessions = httpx.get(f"{live['url']}/api/monitoring/sessions/live", headers=live["headers"]).json()
     assert live_sessions["items"] == []
+    session_id = "ses_" + done.stdout.split("(ses_")[1].split(")")[0]
+    calls = httpx.get(f"{live['url']}/api/calls", headers=live["headers"]).json()["items"]
+    details = [httpx.get(f"{live['url']}/api/calls/{c['id']}", headers=live["headers"]).json() for c in calls]
+    call = next(c for c in details if c["session_id"] == session_id)
+    assert (call["outcome"], call["end_reason"]) == ("abandoned", "ended_by_client")
 
 
 def test_chat_explains_problems(live: dict[str, Any]) -> None:

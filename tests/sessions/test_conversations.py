@@ -108,6 +108,8 @@ async def test_unknown_order_goes_the_not_found_path(
     first = await platform.say(opening["id"], "999999")
     assert said(first) == "I could not find order 999999. Please tell me your order number."
     assert first["variables"]["attempts"] == 1
+    # The lookup worked and found nothing: neither ok nor a failure.
+    assert [e["data"]["status"] for e in first["events"] if e["type"] == "tool_call"] == ["not_found"]
     second = await platform.say(opening["id"], "9 9 9 9 9 8")
     # A text conversation has no phone line: the transfer node never claims to connect; it says so and
     # takes its failure branch (here: goodbye).
@@ -117,7 +119,14 @@ async def test_unknown_order_goes_the_not_found_path(
     call = await call_of(db_session, opening["id"])
     assert call.transferred_to is None and call.transfer_status == "unavailable"
     assert "transfer_failed" in call.signal_types
-    assert [c["http_status"] for c in call.tool_calls] == [404, 404]
+    assert [(c["status"], c["http_status"]) for c in call.tool_calls] == [("not_found", 404)] * 2
+    # One signal per unknown order: the flow's own; the built-in rule does not repeat it.
+    rows = (await db_session.scalars(select(BrainSignal).where(BrainSignal.call_id == call.id))).all()
+    assert (
+        sorted((r.type, r.source) for r in rows if r.type == "order_not_found")
+        == [("order_not_found", "flow")] * 2
+    )
+    assert "tool_failure" not in call.signal_types
 
 
 async def test_connector_down_says_the_fallback_and_carries_on(
@@ -195,7 +204,7 @@ async def test_a_tool_timeout_says_the_configured_fallback(
     assert turn["status"] == "active"
     assert turn["variables"]["result"]["success"] is False
     ended = await platform.post(f"/api/sessions/{opening['id']}/end")
-    assert ended.status_code == 200 and ended.json()["outcome"] == "completed"
+    assert ended.status_code == 200 and ended.json()["outcome"] == "abandoned"
     call = await call_of(db_session, opening["id"])
     assert call.tool_calls[0]["status"] == "timeout"
 

@@ -129,7 +129,7 @@ async def test_voice_toggle(make_platform: Any) -> None:
     )
     assert viewer.status_code == 404
     ended = await platform.post(f"/api/sessions/{session['id']}/end")
-    assert ended.status_code == 200 and ended.json()["outcome"] == "completed"
+    assert ended.status_code == 200 and ended.json()["outcome"] == "abandoned"
     assert (await platform.post(url, {"voiced": True})).status_code == 409
     assert (await platform.post(f"/api/sessions/{session['id']}/end")).status_code == 409
 

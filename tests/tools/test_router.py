@@ -275,7 +275,7 @@ async def test_order_lookup_against_the_real_connector(
     assert as_number["result"]["order"]["id"] == 7
 
     missing = (await run(client, headers, tool["id"], order_id="999999")).json()
-    assert (missing["status"], missing["http_status"]) == ("ok", 404)
+    assert (missing["status"], missing["http_status"]) == ("not_found", 404)
     assert missing["result"]["success"] is False
 
     assert (await run(client, headers, tool["id"], order_id="abc")).status_code == 422

@@ -81,6 +81,9 @@ TRANSFER_APOLOGY = {
 }
 NO_LINE = "This conversation has no phone line that could be transferred (a web or text conversation)."
 
+# Tool statuses that carry an answer the flow goes on with (``not_found`` is "no such order").
+ANSWERED = ("ok", "not_found")
+
 EventType = Literal["say", "tool_call", "signal", "transfer", "end"]
 
 # Receives ``(node_id, text)`` for each piece of an ``llm`` node's text while the model generates it.
@@ -648,7 +651,7 @@ class FlowEngine:
             return None
         if state.transferring:
             return WAIT
-        if outcome.status == "ok":
+        if outcome.status in ANSWERED:
             if node.result_variable:
                 state.variables[node.result_variable] = outcome.result
             return node.next
@@ -870,7 +873,7 @@ class FlowEngine:
         if not isinstance(arguments, dict):
             return json.dumps({"error": "The arguments must be a JSON object."})
         outcome = await self._call_tool(spec.ref, arguments, node.id, state, turn, failure_next=node.id)
-        if outcome.status == "ok":
+        if outcome.status in ANSWERED:
             payload: Any = outcome.result
         else:
             payload = {"error": outcome.error or outcome.status}
