@@ -143,7 +143,7 @@ async def test_connector_down_says_the_fallback_and_carries_on(
         "Sorry, that did not work just now. Sorry, I cannot connect you right now. "
         "Thank you for calling. Goodbye!"
     )
-    assert turn["outcome"] == "completed"
+    assert (turn["outcome"], turn["end_reason"]) == ("failed", "tool_failure")
     call = await call_of(db_session, opening["id"])
     assert call.tool_calls[0]["status"] == "error" and call.tool_calls[0]["error"]
     german = await platform.start(flow_id)

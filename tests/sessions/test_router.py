@@ -226,10 +226,17 @@ async def test_llm_failure_says_the_fallback(
     turn = await platform.say(session["id"], "hello?")
     assert turn["reply"] == "Sorry, that did not work just now."
     assert (turn["status"], turn["outcome"]) == ("ended", "failed")
+    # The failure's path leads straight to the goodbye: the call ended because of it, so it failed.
     recovering = await platform.start(await platform.flow(_llm_flow(model_next="bye"), name="Second"))
     turn = await platform.say(recovering["id"], "hello?")
     assert turn["reply"] == "Sorry, that did not work just now. Goodbye!"
-    assert turn["outcome"] == "completed"
+    assert (turn["outcome"], turn["end_reason"]) == ("failed", "llm_failure")
+    # ... and the reports and the history count both calls as failed.
+    days = (await platform.get("/api/reporting/calls/summary")).json()["days"]
+    assert sum(d["outcomes"]["failed"] for d in days) == 2
+    assert sum(d["outcomes"]["completed"] for d in days) == 0
+    failed = (await platform.get("/api/monitoring/calls/history", params={"outcome": "failed"})).json()
+    assert [c["outcome"] for c in failed["items"]] == ["failed", "failed"]
 
 
 async def test_llm_node_without_a_provider_still_answers(

@@ -128,7 +128,7 @@ async def test_an_llm_failure_streams_the_fallback_line(
     events = await stream_message(platform, session["id"], "hello?")
     assert [name for name, _ in events] == ["say", "say", "end", "done"]
     assert [data["text"] for _, data in events[:2]] == ["Sorry, that did not work just now.", "Goodbye!"]
-    assert events[-1][1]["outcome"] == "completed"
+    assert events[-1][1]["outcome"] == "failed"
 
 
 async def test_streamed_and_json_messages_to_one_session_stay_serialized(

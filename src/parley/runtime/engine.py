@@ -130,6 +130,9 @@ class _Turn:
     pending_user: str | None = None
     on_text: TextSink | None = None
     llm_started: float | None = None
+    # A tool or LLM failure in this turn (``tool_failure``/``llm_failure``): a flow that ends in the same
+    # turn, down the failure's path, ends as ``failed`` with it as the reason, not ``completed``.
+    failure: str | None = None
 
 
 class FlowEngine:
@@ -354,6 +357,8 @@ class FlowEngine:
     ) -> None:
         if state.status != "active":
             return
+        if outcome == "completed" and turn.failure is not None:
+            outcome, reason = "failed", turn.failure
         state.status = "ended"
         state.outcome = outcome
         state.end_reason = reason
@@ -655,6 +660,7 @@ class FlowEngine:
             if node.result_variable:
                 state.variables[node.result_variable] = outcome.result
             return node.next
+        turn.failure = "tool_failure"
         if node.result_variable:
             state.variables[node.result_variable] = {
                 "success": False,
@@ -848,6 +854,7 @@ class FlowEngine:
         except LlmError as exc:
             self._runtime_signal(state, "llm_failure", {"node": node.id, "error": str(exc)[:300]})
             self._say(turn, state, self.fallback_text(state), node.id)
+            turn.failure = "llm_failure"
             if node.next:
                 return node.next
             self._finish_conversation(state, turn, "failed", "llm_failure")
