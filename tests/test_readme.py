@@ -113,15 +113,22 @@ def run(
     )
 
 
-def console_commands(body: str) -> list[tuple[str, str]]:
-    """The `$ ` lines of a console block, each with the `you › ` lines that follow it as its input."""
-    commands: list[tuple[str, list[str]]] = []
+# Lines of a printed transcript that do not depend on the demo data: tool statuses and the outcome.
+LABEL = re.compile(r"(⚙ .*|Session ended: .*)$")
+
+
+def console_commands(body: str) -> list[tuple[str, str, list[str]]]:
+    """The `$ ` lines of a console block, each with the `you › ` lines that follow it as its input and
+    the labels its transcript promises (every `⚙ tool → status` and the `Session ended:` line)."""
+    commands: list[tuple[str, list[str], list[str]]] = []
     for line in body.splitlines():
         if line.startswith("$ "):
-            commands.append((line[2:].split("  #")[0].strip(), []))
+            commands.append((line[2:].split("  #")[0].strip(), [], []))
         elif line.startswith("you › ") and commands:
             commands[-1][1].append(line[len("you › ") :])
-    return [(command, "".join(f"{said}\n" for said in said_lines)) for command, said_lines in commands]
+        elif (label := LABEL.search(line)) and commands:
+            commands[-1][2].append(label.group(1))
+    return [(command, "".join(f"{said}\n" for said in said), labels) for command, said, labels in commands]
 
 
 def test_every_readme_command_runs_as_printed(stack: dict[str, Any]) -> None:
@@ -132,12 +139,18 @@ def test_every_readme_command_runs_as_printed(stack: dict[str, Any]) -> None:
             assert done.returncode == 0, f"README block failed:\n{body}\n{done.stdout}\n{done.stderr}"
             ran += 1
         elif kind == "console":
-            for command, stdin in console_commands(body):
+            for command, stdin, labels in console_commands(body):
                 if command.startswith("make "):
                     continue
                 done = run(stack, command, stdin)
                 assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
                 assert "Session ended" in done.stdout or "parley chat" not in command, done.stdout
+                printed = [
+                    found.group(1) for line in done.stdout.splitlines() if (found := LABEL.search(line))
+                ]
+                assert printed == labels, (
+                    f"{command}: the README promises {labels}, it printed:\n{done.stdout}"
+                )
                 ran += 1
     assert ran >= 6
 
