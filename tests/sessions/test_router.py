@@ -82,7 +82,7 @@ async def test_message_limits(make_platform: Any) -> None:
     assert too_big.status_code == 422 and too_big.json()["detail"][0]["loc"] == ["body", "variables"]
 
 
-async def test_a_knowledge_node_without_documents_says_the_fallback(make_platform: Any) -> None:
+async def test_a_knowledge_node_without_documents_says_it_found_nothing(make_platform: Any) -> None:
     platform: Platform = await make_platform()
     definition = {
         "language": "de",
@@ -94,8 +94,9 @@ async def test_a_knowledge_node_without_documents_says_the_fallback(make_platfor
     }
     session = await platform.start(await platform.flow(definition))
     turn = await platform.say(session["id"], "Wann haben Sie geöffnet?")
-    assert turn["reply"] == "Entschuldigung, das hat gerade nicht geklappt. Ihre Frage?"
-    assert turn["variables"]["found"] == {"answer": "", "hits": []}
+    nothing = "Dazu habe ich leider keine Information gefunden."
+    assert turn["reply"] == f"{nothing} Ihre Frage?"
+    assert turn["variables"]["found"] == {"answer": nothing, "hits": []}
 
 
 async def test_idle_sessions_end_with_their_call_record(

@@ -37,6 +37,7 @@ from parley.flows.definition import (
 from parley.flows.expressions import ExpressionError, evaluate
 from parley.kit.metrics import observe_turn
 from parley.kit.templates import TemplateRenderError, render_template
+from parley.runtime import spoken
 from parley.runtime.ports import (
     CallControlPort,
     HandOver,
@@ -673,15 +674,24 @@ class FlowEngine:
     async def _knowledge_node(self, node: KnowledgeNode, state: ConversationState, turn: _Turn) -> Step:
         query = self._render(node.query, state) or str(state.variables.get("last_user_message") or "")
         hits: list[dict[str, Any]] = []
+        failed = False
         if self.knowledge is not None and query.strip():
             started = time.perf_counter()
             try:
                 hits = await self.knowledge.search(query[:1000], node.top_k, node.document_ids)
             except KnowledgeError as exc:
+                failed = True
                 self._runtime_signal(state, "knowledge_failure", {"node": node.id, "error": str(exc)[:300]})
             finally:
                 turn.result.tool_ms += (time.perf_counter() - started) * 1000
-        answer = hits[0]["text"] if hits else ""
+        language = str(state.variables.get("language") or self.language)
+        hits = spoken.relevant_hits(query, hits, language, node.min_relevance)
+        if hits:
+            answer = spoken.answer(query, hits)
+        elif failed:
+            answer = ""  # the fallback line below: the search failed, it did not come back empty
+        else:
+            answer = self._render(node.not_found, state) or spoken.nothing_found(language)
         if hits and self.llm is not None:
             sources = "\n\n".join(f"[{i + 1}] {h['text'][:1500]}" for i, h in enumerate(hits))
             messages = [
@@ -700,7 +710,7 @@ class FlowEngine:
                 self._runtime_signal(state, "llm_failure", {"node": node.id, "error": str(exc)[:300]})
         text = self._render(node.answer, state, {"hits": hits, "knowledge_answer": answer})
         if not text and not hits:
-            text = self.fallback_text(state)
+            text = answer or self.fallback_text(state)
         if node.result_variable:
             state.variables[node.result_variable] = {"answer": answer, "hits": hits}
         self._say(turn, state, text, node.id)
