@@ -21,6 +21,7 @@ import pytest
 
 from parley.app import create_app
 from parley.config import Settings, prepare_settings
+from parley.demo.flows import ORDER_STATUS_FLOW
 from parley.demo.seed import run_seed
 from parley.kit.migrate import upgrade
 from parley.voice.audio import write_wav
@@ -182,10 +183,11 @@ def test_a_spoken_order_number_reaches_the_connector_and_the_answer_is_shown_and
     page.get_by_role("button", name="Start microphone").click()
     page.locator("#log li.caller").first.wait_for()
     assert page.locator("#log li.caller").first.text_content() == spoken
-    # the connector answered: the agent quotes that order's plate and status
-    answer = page.locator("#log li.agent", has_text=str(expected["plate"]))
+    # the connector answered: the agent names that order's car and says its status in English
+    answer = page.locator("#log li.agent", has_text=str(expected["model_name"]))
     answer.wait_for()
-    assert str(expected["project_status"]) in str(answer.text_content())
+    in_english = ORDER_STATUS_FLOW["variables"]["in_english"]
+    assert in_english[str(expected["project_status"])] in str(answer.text_content())
     tool = page.locator("#tools li").first
     tool.wait_for()
     assert "order_lookup" in str(tool.text_content()) or "lookup" in str(tool.text_content())
