@@ -12,6 +12,28 @@ from parley.calls.models import Call
 from tests.sessions.conftest import Platform, closed_port_url, order_status_flow
 
 
+def spoken_date(iso: str, language: str) -> str:
+    months = {
+        "de": ["Januar", "Februar", "März", "April", "Mai", "Juni", "Juli", "August", "September", "Oktober"],
+        "en": [
+            "January",
+            "February",
+            "March",
+            "April",
+            "May",
+            "June",
+            "July",
+            "August",
+            "September",
+            "October",
+        ],
+    }
+    months["de"] += ["November", "Dezember"]
+    months["en"] += ["November", "December"]
+    day, month = int(iso[8:10]), months[language][int(iso[5:7]) - 1]
+    return f"{day}. {month}" if language == "de" else f"{day} {month}"
+
+
 async def call_of(db_session: AsyncSession, session_id: str) -> Call:
     call = await db_session.scalar(select(Call).where(Call.session_id == session_id))
     assert call is not None, "the ended session left no call record"
@@ -38,7 +60,7 @@ async def test_order_status_in_german_with_spoken_digits(
     # short: status and ready date; the cost only on request
     assert said(status) == (
         f"Ihr {order['manufacturer_name']} {order['model_name']}: {order['project_status']}, "
-        f"fertig am {order['finish_date']}. "
+        f"fertig am {spoken_date(order['finish_date'], 'de')}. "
         "Möchten Sie die Kosten wissen?"
     )
     assert [e["type"] for e in status["events"]][:2] == ["tool_call", "say"]
@@ -82,7 +104,7 @@ async def test_order_status_in_english_with_a_callback(
     in_english = status["variables"]["in_english"]
     assert said(status) == (
         f"Your {order['manufacturer_name']} {order['model_name']}: {in_english[order['project_status']]}, "
-        f"ready on {order['finish_date']}. "
+        f"ready on {spoken_date(order['finish_date'], 'en')}. "
         "Would you like to know the cost?"
     )
     no_cost = await platform.say(opening["id"], "no")

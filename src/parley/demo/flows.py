@@ -26,6 +26,37 @@ ORDER_STATUS_FLOW: dict[str, Any] = {
         "callback": None,
         "wants_cost": None,
         "attempts": 0,
+        # A date is said as "28 November" / "28. November": an ISO date read aloud takes seconds.
+        "month_names": {
+            "en": [
+                "January",
+                "February",
+                "March",
+                "April",
+                "May",
+                "June",
+                "July",
+                "August",
+                "September",
+                "October",
+                "November",
+                "December",
+            ],
+            "de": [
+                "Januar",
+                "Februar",
+                "März",
+                "April",
+                "Mai",
+                "Juni",
+                "Juli",
+                "August",
+                "September",
+                "Oktober",
+                "November",
+                "Dezember",
+            ],
+        },
         # Every project_status, station_state and parts_status value of the order connector
         # (docs/connector.md), as the English agent says them.
         "in_english": {
@@ -97,11 +128,11 @@ ORDER_STATUS_FLOW: dict[str, Any] = {
             "id": "say_status",
             "type": "say",
             "text": (
-                "{% set o = order.order %}{% if language == 'en' %}Your {{ o.manufacturer_name }} {{ o.model_name }}: "
-                "{{ in_english[o.project_status] | default(o.project_status) }}, ready on {{ o.finish_date }}."
-                "{% else %}Ihr {{ o.manufacturer_name }} {{ o.model_name }}: {{ o.project_status }}, fertig am "
-                "{{ o.finish_date }}."
-                "{% endif %}"
+                "{% set o = order.order %}{% set day = o.finish_date[8:10] | int %}"
+                "{% set month = o.finish_date[5:7] | int %}{% if language == 'en' %}Your {{ o.manufacturer_name }} "
+                "{{ o.model_name }}: {{ in_english[o.project_status] | default(o.project_status) }}, ready on "
+                "{{ day }} {{ month_names.en[month - 1] }}.{% else %}Ihr {{ o.manufacturer_name }} {{ o.model_name }}: "
+                "{{ o.project_status }}, fertig am {{ day }}. {{ month_names.de[month - 1] }}.{% endif %}"
             ),
             "next": "offer_cost",
         },
