@@ -113,6 +113,11 @@ def test_without_org_the_cli_finds_the_organization_that_has_the_flow(live: dict
     assert by_name.returncode == 0, by_name.stderr
     assert "What is your name?" in by_name.stdout
 
+    # the API's own answer names the header and the CLI's ways
+    api = httpx.get(f"{live['url']}/api/flows", headers={"Authorization": f"Bearer {live['token']}"})
+    assert api.status_code == 400
+    assert all(way in api.json()["detail"] for way in ("X-Organization-Id", "--org", "PARLEY_ORG"))
+
     ambiguous = chat(live, text="", org=False)
     assert ambiguous.returncode == 1
     message = " ".join(ambiguous.stderr.split())
