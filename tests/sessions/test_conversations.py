@@ -178,6 +178,8 @@ async def test_connector_down_says_the_fallback_and_carries_on(
     assert (turn["outcome"], turn["end_reason"]) == ("failed", "tool_failure")
     call = await call_of(db_session, opening["id"])
     assert call.tool_calls[0]["status"] == "error" and call.tool_calls[0]["error"]
+    rows = (await db_session.scalars(select(BrainSignal).where(BrainSignal.call_id == call.id))).all()
+    assert [(r.type, r.source) for r in rows if r.type == "tool_failure"] == [("tool_failure", "flow")]
     german = await platform.start(flow_id)
     turn = await platform.say(german["id"], "7")
     assert said(turn).startswith(
