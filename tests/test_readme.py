@@ -1,8 +1,18 @@
-"""The README's commands run as printed, in order, against a live `parley up` (what `make run` starts).
+"""The README's and docs' commands run as printed, in order, against a live `parley up` (`make run`).
 
-Every ```sh block runs whole in bash; in a ```console block every `$ ` line runs, with the `you › `
-lines of its transcript as standard input. `make ...` lines are skipped (this test is `make run`), and
-the addresses 127.0.0.1:8000/8001 are pointed at the free ports the stack runs on. curl fails on any
+The convention for every Markdown page in README.md and docs/:
+
+- a ```sh block is a promise: it runs as printed against the stack `make run` starts, with the
+  `export` lines `make run` prints pasted (and after the README's own steps, so the user belongs to
+  several organizations). The README's blocks each run whole in bash; a docs page's blocks run in order
+  in one shell (a variable or file an earlier block of the page makes is there for a later one),
+  in a scratch directory of the page's own.
+- in a ```console block every `$ ` line runs, with the `you › ` lines of its transcript as standard
+  input; `make ...` lines are skipped (this test is `make run`).
+- commands that need another setting (a production host, a benchmark, a server of their own, a
+  placeholder to fill in) are shown as ```text (or ```console without `$ ` lines) and are not run.
+
+The addresses 127.0.0.1:8000/8001 are pointed at the free ports the stack runs on. curl fails on any
 HTTP error, so a command that answers 4xx/5xx fails the test, just as it would fail a reader.
 """
 
@@ -85,7 +95,9 @@ def wait_until_serving(port: int) -> None:
     raise AssertionError("the platform did not start serving")
 
 
-def run(stack: dict[str, Any], script: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def run(
+    stack: dict[str, Any], script: str, stdin: str = "", cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
     script = script.replace("127.0.0.1:8000", f"127.0.0.1:{stack['port']}")
     script = script.replace("127.0.0.1:8001", f"127.0.0.1:{stack['connector_port']}")
     script = script.replace(".venv/bin/parley", str(Path(sys.executable).parent / "parley"))
@@ -95,21 +107,28 @@ def run(stack: dict[str, Any], script: str, stdin: str = "") -> subprocess.Compl
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=120,
-        cwd=ROOT,
+        timeout=300,
+        cwd=cwd,
         check=False,
     )
 
 
-def console_commands(body: str) -> list[tuple[str, str]]:
-    """The `$ ` lines of a console block, each with the `you › ` lines that follow it as its input."""
-    commands: list[tuple[str, list[str]]] = []
+# Lines of a printed transcript that do not depend on the demo data: tool statuses and the outcome.
+LABEL = re.compile(r"(⚙ .*|Session ended: .*)$")
+
+
+def console_commands(body: str) -> list[tuple[str, str, list[str]]]:
+    """The `$ ` lines of a console block, each with the `you › ` lines that follow it as its input and
+    the labels its transcript promises (every `⚙ tool → status` and the `Session ended:` line)."""
+    commands: list[tuple[str, list[str], list[str]]] = []
     for line in body.splitlines():
         if line.startswith("$ "):
-            commands.append((line[2:].split("  #")[0].strip(), []))
+            commands.append((line[2:].split("  #")[0].strip(), [], []))
         elif line.startswith("you › ") and commands:
             commands[-1][1].append(line[len("you › ") :])
-    return [(command, "".join(f"{said}\n" for said in said_lines)) for command, said_lines in commands]
+        elif (label := LABEL.search(line)) and commands:
+            commands[-1][2].append(label.group(1))
+    return [(command, "".join(f"{said}\n" for said in said), labels) for command, said, labels in commands]
 
 
 def test_every_readme_command_runs_as_printed(stack: dict[str, Any]) -> None:
@@ -120,14 +139,41 @@ def test_every_readme_command_runs_as_printed(stack: dict[str, Any]) -> None:
             assert done.returncode == 0, f"README block failed:\n{body}\n{done.stdout}\n{done.stderr}"
             ran += 1
         elif kind == "console":
-            for command, stdin in console_commands(body):
+            for command, stdin, labels in console_commands(body):
                 if command.startswith("make "):
                     continue
                 done = run(stack, command, stdin)
                 assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
                 assert "Session ended" in done.stdout or "parley chat" not in command, done.stdout
+                printed = [
+                    found.group(1) for line in done.stdout.splitlines() if (found := LABEL.search(line))
+                ]
+                assert printed == labels, (
+                    f"{command}: the README promises {labels}, it printed:\n{done.stdout}"
+                )
                 ran += 1
     assert ran >= 6
+
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def test_every_docs_page_runs_as_printed(stack: dict[str, Any], tmp_path: Path) -> None:
+    """After the README (a second organization exists): each page's ```sh blocks, in order, in one shell."""
+    ran: list[str] = []
+    for page in DOCS:
+        sh = [body for kind, body in blocks(page) if kind == "sh"]
+        if not sh:
+            continue
+        marked = "".join(f"echo '::block {n}' >&2\n{body}" for n, body in enumerate(sh))
+        scratch = tmp_path / page.stem
+        scratch.mkdir()
+        done = run(stack, marked, cwd=scratch)
+        failed = re.findall(r"::block (\d+)", done.stderr)
+        where = sh[int(failed[-1])] if failed else ""
+        assert done.returncode == 0, f"{page.name}: block failed:\n{where}\n{done.stdout}\n{done.stderr}"
+        ran.append(page.name)
+    assert {"voice.md", "knowledge.md"} <= set(ran), ran
 
 
 def test_one_ctrl_c_stops_everything_make_run_started(stack: dict[str, Any]) -> None:

@@ -142,12 +142,23 @@ def test_no_negative_sentiment(text: str) -> None:
     assert "negative_sentiment" not in fired(caller_says(text))
 
 
-def test_long_silence() -> None:
-    lines = turns(("agent", "Hallo?"), ("caller", "Ja, hier."), ("agent", "Einen Moment."), start=START)
-    lines[2] = lines[2].model_copy(update={"at": lines[1].at + timedelta(seconds=31)})
+def test_long_silence_is_the_callers() -> None:
+    """The caller says nothing for 30 s after the agent's question ended (15 characters a second)."""
+    question, answer = "Ihre Nummer?", "Vier zwei."  # 12 and 10 characters: 0.8 s and 0.67 s of speech
+    lines = turns(("agent", "Hallo?"), ("agent", question), ("caller", answer), start=START, gap=0)
+    said = START + timedelta(seconds=0.4 + 0.8)  # "Hallo?" (0.4 s), then the question
+    lines[2] = lines[2].model_copy(update={"at": said + timedelta(seconds=30 + len(answer) / 15)})
     found = rules.evaluate(make_record(ORG, transcript=lines))
     details = next(f.details for rule, f in found if rule.type == "long_silence")
-    assert details == {"gaps": [{"after_turn_index": 1, "seconds": 31.0}], "longest_seconds": 31.0}
+    assert details == {"gaps": [{"after_turn_index": 1, "seconds": 30.0}], "longest_seconds": 30.0}
+
+
+def test_the_agent_talking_or_thinking_is_no_silence() -> None:
+    long_answer = "Ihr Auftrag ist in Arbeit. " * 17  # 459 characters: about 31 s of speech
+    lines = turns(("agent", long_answer), ("caller", "Danke."), ("agent", "Gern."), start=START, gap=0)
+    lines[1] = lines[1].model_copy(update={"at": START + timedelta(seconds=45)})  # 14 s after it ended
+    lines[2] = lines[2].model_copy(update={"at": lines[1].at + timedelta(seconds=40)})  # a slow tool
+    assert "long_silence" not in fired(make_record(ORG, transcript=lines))
 
 
 def test_no_long_silence_under_the_threshold() -> None:

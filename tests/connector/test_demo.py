@@ -87,3 +87,12 @@ def test_statuses_follow_the_dates() -> None:
             assert order["missing_parts"] == 0
         if order["missing_parts"]:
             assert order["parts_status"] in {"Teile bestellt", "Teilweise geliefert"}
+
+
+def test_the_english_demo_agent_can_say_every_status() -> None:
+    """The demo flow's ``in_english`` covers every German value the demo connector hands out."""
+    from parley.demo.flows import ORDER_STATUS_FLOW
+
+    in_english = ORDER_STATUS_FLOW["variables"]["in_english"]
+    values = {o[field] for o in ORDERS for field in ("project_status", "station_state", "parts_status")}
+    assert values <= set(in_english), values - set(in_english)

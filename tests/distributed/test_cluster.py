@@ -287,7 +287,7 @@ async def test_a_live_audio_session_held_by_a_is_ended_through_b(cluster: Cluste
                 if isinstance(message, str):
                     events.append(json.loads(message))
         assert ws.close_code == 1000
-    assert {"type": "end", "outcome": "completed", "reason": "ended_by_client"} in events, events
+    assert {"type": "end", "outcome": "abandoned", "reason": "ended_by_client"} in events, events
     assert not any(e["type"] == "error" for e in events), events
     row = httpx.get(f"{cluster.a}/api/sessions/{session_id}", headers=headers).json()
     assert row["status"] == "ended" and row["end_reason"] == "ended_by_client"  # not overwritten by A

@@ -114,7 +114,7 @@ async def test_voice_off_mutes_and_end_closes_the_live_stream(live: dict[str, An
             ended = await client.post(f"/api/sessions/{session_id}/end")
             assert ended.status_code == 200
             events = await _events_until(ws, "end", audio)
-            assert events[-1] == {"type": "end", "outcome": "completed", "reason": "ended_by_client"}
+            assert events[-1] == {"type": "end", "outcome": "abandoned", "reason": "ended_by_client"}
             with pytest.raises(ConnectionClosed):
                 while True:
                     await asyncio.wait_for(ws.recv(), 20)

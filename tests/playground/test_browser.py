@@ -4,7 +4,7 @@ The platform runs under uvicorn with the offline engines (eSpeak NG, PocketSphin
 demo organization seeded against a real order connector over HTTP. Chromium's fake microphone plays a
 WAV file of an order number that eSpeak speaks at test time; the page captures it through its
 AudioWorklet, resamples it to 16 kHz PCM16 and streams it over the audio WebSocket. The order number
-must reach the connector (the agent's answer quotes that order's plate) and the answer must come back
+must reach the connector (the agent's answer names that order's car) and the answer must come back
 as text on the page and as audio played through Web Audio.
 """
 
@@ -21,6 +21,7 @@ import pytest
 
 from parley.app import create_app
 from parley.config import Settings, prepare_settings
+from parley.demo.flows import ORDER_STATUS_FLOW
 from parley.demo.seed import run_seed
 from parley.kit.migrate import upgrade
 from parley.voice.audio import write_wav
@@ -182,10 +183,11 @@ def test_a_spoken_order_number_reaches_the_connector_and_the_answer_is_shown_and
     page.get_by_role("button", name="Start microphone").click()
     page.locator("#log li.caller").first.wait_for()
     assert page.locator("#log li.caller").first.text_content() == spoken
-    # the connector answered: the agent quotes that order's plate and status
-    answer = page.locator("#log li.agent", has_text=str(expected["plate"]))
+    # the connector answered: the agent names that order's car and says its status in English
+    answer = page.locator("#log li.agent", has_text=str(expected["model_name"]))
     answer.wait_for()
-    assert str(expected["project_status"]) in str(answer.text_content())
+    in_english = ORDER_STATUS_FLOW["variables"]["in_english"]
+    assert in_english[str(expected["project_status"])] in str(answer.text_content())
     tool = page.locator("#tools li").first
     tool.wait_for()
     assert "order_lookup" in str(tool.text_content()) or "lookup" in str(tool.text_content())
@@ -213,9 +215,12 @@ def test_a_typed_conversation(page: Any, platform: dict[str, Any], connector: di
     message.fill("1 5")
     message.press("Enter")
     page.locator("#log li.caller", has_text="1 5").wait_for()
-    page.locator("#log li.agent", has_text=str(expected["plate"])).wait_for()
-    assert "Would you like a call back?" in last_agent_text(page)
+    page.locator("#log li.agent", has_text=str(expected["model_name"])).wait_for()
+    assert "Would you like to know the cost?" in last_agent_text(page)
     page.locator("#tools li").first.wait_for()
+    message.fill("no")
+    page.get_by_role("button", name="Send").click()
+    page.locator("#log li.agent", has_text="Would you like a call back?").wait_for()
     message.fill("yes")
     page.get_by_role("button", name="Send").click()
     page.locator("#log li.agent", has_text="We will call you back. Goodbye!").wait_for()
@@ -237,7 +242,7 @@ def barging_caller(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The order number, then "yes" while the agent is still reading out the order's status."""
     number, yes = asyncio.run(_speech(SPOKEN_ORDER[0])), asyncio.run(_speech("yes"))
     path = tmp_path_factory.mktemp("wav") / "barge.wav"
-    pause = bytes(RATE * 2 * 3)  # the answer starts ≈ 0.7 s after the number; it lasts ≈ 9 s
+    pause = bytes(RATE * 2 * 3)  # the answer starts ≈ 0.7 s after the number; it lasts ≈ 6 s
     path.write_bytes(write_wav(bytes(RATE * 2) + number + pause + yes + bytes(RATE * 2 * 20), RATE))
     return path
 
@@ -251,7 +256,7 @@ def test_the_caller_barges_in_and_the_queued_agent_audio_is_dropped(
         page = open_page(browser, platform)
         start_session(page, platform)
         page.get_by_role("button", name="Start microphone").click()
-        page.locator("#log li.agent", has_text=str(expected["plate"])).wait_for()
+        page.locator("#log li.agent", has_text=str(expected["model_name"])).wait_for()
         page.locator("#log li.note", has_text="You interrupted the agent.").wait_for()
         # the page stopped the agent's buffered audio the moment the interruption arrived
         dropped = page.locator("#played").get_attribute("data-dropped")

@@ -72,6 +72,7 @@ class Platform:
     client: httpx.AsyncClient
     headers: dict[str, str]
     org: str
+    app: Any = None
 
     async def post(self, path: str, body: Any = None, **kwargs: Any) -> httpx.Response:
         return await self.client.post(
@@ -118,7 +119,7 @@ async def make_platform(settings: Settings, database: Database) -> AsyncIterator
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://parley.test")
         opened.append(client)
         org = str((await create_org(client))["id"])
-        return Platform(client, auth(ALICE, org), org)
+        return Platform(client, auth(ALICE, org), org, app)
 
     yield build
     for client in opened:

@@ -83,9 +83,15 @@ def test_chat_until_the_flow_ends(live: dict[str, Any]) -> None:
 def test_chat_by_name_ends_on_ctrl_d(live: dict[str, Any]) -> None:
     done = chat(live, "greeter", text="")
     assert done.returncode == 0, done.stderr
-    assert "What is your name?" in done.stdout and "Session ended: completed." in done.stdout
+    # The caller left before the flow's end: abandoned, in the CLI and on the call record.
+    assert "What is your name?" in done.stdout and "Session ended: abandoned." in done.stdout
     live_sessions = httpx.get(f"{live['url']}/api/monitoring/sessions/live", headers=live["headers"]).json()
     assert live_sessions["items"] == []
+    session_id = "ses_" + done.stdout.split("(ses_")[1].split(")")[0]
+    calls = httpx.get(f"{live['url']}/api/calls", headers=live["headers"]).json()["items"]
+    details = [httpx.get(f"{live['url']}/api/calls/{c['id']}", headers=live["headers"]).json() for c in calls]
+    call = next(c for c in details if c["session_id"] == session_id)
+    assert (call["outcome"], call["end_reason"]) == ("abandoned", "ended_by_client")
 
 
 def test_chat_explains_problems(live: dict[str, Any]) -> None:
@@ -106,6 +112,11 @@ def test_without_org_the_cli_finds_the_organization_that_has_the_flow(live: dict
     by_name = chat(live, "Greeter", text="", org=False)
     assert by_name.returncode == 0, by_name.stderr
     assert "What is your name?" in by_name.stdout
+
+    # the API's own answer names the header and the CLI's ways
+    api = httpx.get(f"{live['url']}/api/flows", headers={"Authorization": f"Bearer {live['token']}"})
+    assert api.status_code == 400
+    assert all(way in api.json()["detail"] for way in ("X-Organization-Id", "--org", "PARLEY_ORG"))
 
     ambiguous = chat(live, text="", org=False)
     assert ambiguous.returncode == 1

@@ -12,6 +12,28 @@ from parley.calls.models import Call
 from tests.sessions.conftest import Platform, closed_port_url, order_status_flow
 
 
+def spoken_date(iso: str, language: str) -> str:
+    months = {
+        "de": ["Januar", "Februar", "März", "April", "Mai", "Juni", "Juli", "August", "September", "Oktober"],
+        "en": [
+            "January",
+            "February",
+            "March",
+            "April",
+            "May",
+            "June",
+            "July",
+            "August",
+            "September",
+            "October",
+        ],
+    }
+    months["de"] += ["November", "Dezember"]
+    months["en"] += ["November", "December"]
+    day, month = int(iso[8:10]), months[language][int(iso[5:7]) - 1]
+    return f"{day}. {month}" if language == "de" else f"{day} {month}"
+
+
 async def call_of(db_session: AsyncSession, session_id: str) -> Call:
     call = await db_session.scalar(select(Call).where(Call.session_id == session_id))
     assert call is not None, "the ended session left no call record"
@@ -35,11 +57,17 @@ async def test_order_status_in_german_with_spoken_digits(
     status = await platform.say(opening["id"], "eins zwei")
     order = status["variables"]["order"]["order"]
     assert status["variables"]["order_number"] == "12" and order["id"] == 12
-    assert f"({order['plate']}) hat den Status {order['project_status']}." in said(status)
-    assert f"Voraussichtliche Fertigstellung: {order['finish_date']}." in said(status)
-    assert f"Kosten brutto: {order['total_gross_cost']} Euro." in said(status)
-    assert said(status).endswith("Möchten Sie einen Rückruf?")
+    # short: status and ready date; the cost only on request
+    assert said(status) == (
+        f"Ihr {order['manufacturer_name']} {order['model_name']}: {order['project_status']}, "
+        f"fertig am {spoken_date(order['finish_date'], 'de')}. "
+        "Möchten Sie die Kosten wissen?"
+    )
     assert [e["type"] for e in status["events"]][:2] == ["tool_call", "say"]
+    cost = await platform.say(opening["id"], "ja")
+    assert said(cost) == (
+        f"{order['total_gross_cost']} Euro brutto; Teile: {order['parts_status']}. Möchten Sie einen Rückruf?"
+    )
 
     goodbye = await platform.say(opening["id"], "nein danke")
     assert said(goodbye) == "Vielen Dank für Ihren Anruf. Auf Wiederhören!"
@@ -73,13 +101,17 @@ async def test_order_status_in_english_with_a_callback(
     status = await platform.say(opening["id"], "it is four")
     order = status["variables"]["order"]["order"]
     assert order["id"] == 4
-    assert f"is at status {order['project_status']}. Expected completion: {order['finish_date']}." in said(
-        status
+    in_english = status["variables"]["in_english"]
+    assert said(status) == (
+        f"Your {order['manufacturer_name']} {order['model_name']}: {in_english[order['project_status']]}, "
+        f"ready on {spoken_date(order['finish_date'], 'en')}. "
+        "Would you like to know the cost?"
     )
-    assert f"Gross cost: {order['total_gross_cost']} euros." in said(status)
+    no_cost = await platform.say(opening["id"], "no")
+    assert said(no_cost) == "Would you like a call back?"
 
     unclear = await platform.say(opening["id"], "hmm, maybe")
-    assert said(unclear) == "Would you like a call back?"
+    assert said(unclear) == "Would you like a call back?"  # asked again
     goodbye = await platform.say(opening["id"], "yes please")
     assert said(goodbye) == "We will call you back. Goodbye!"
     assert goodbye["outcome"] == "completed"
@@ -108,6 +140,8 @@ async def test_unknown_order_goes_the_not_found_path(
     first = await platform.say(opening["id"], "999999")
     assert said(first) == "I could not find order 999999. Please tell me your order number."
     assert first["variables"]["attempts"] == 1
+    # The lookup worked and found nothing: neither ok nor a failure.
+    assert [e["data"]["status"] for e in first["events"] if e["type"] == "tool_call"] == ["not_found"]
     second = await platform.say(opening["id"], "9 9 9 9 9 8")
     # A text conversation has no phone line: the transfer node never claims to connect; it says so and
     # takes its failure branch (here: goodbye).
@@ -117,7 +151,14 @@ async def test_unknown_order_goes_the_not_found_path(
     call = await call_of(db_session, opening["id"])
     assert call.transferred_to is None and call.transfer_status == "unavailable"
     assert "transfer_failed" in call.signal_types
-    assert [c["http_status"] for c in call.tool_calls] == [404, 404]
+    assert [(c["status"], c["http_status"]) for c in call.tool_calls] == [("not_found", 404)] * 2
+    # One signal per unknown order: the flow's own; the built-in rule does not repeat it.
+    rows = (await db_session.scalars(select(BrainSignal).where(BrainSignal.call_id == call.id))).all()
+    assert (
+        sorted((r.type, r.source) for r in rows if r.type == "order_not_found")
+        == [("order_not_found", "flow")] * 2
+    )
+    assert "tool_failure" not in call.signal_types
 
 
 async def test_connector_down_says_the_fallback_and_carries_on(
@@ -134,9 +175,11 @@ async def test_connector_down_says_the_fallback_and_carries_on(
         "Sorry, that did not work just now. Sorry, I cannot connect you right now. "
         "Thank you for calling. Goodbye!"
     )
-    assert turn["outcome"] == "completed"
+    assert (turn["outcome"], turn["end_reason"]) == ("failed", "tool_failure")
     call = await call_of(db_session, opening["id"])
     assert call.tool_calls[0]["status"] == "error" and call.tool_calls[0]["error"]
+    rows = (await db_session.scalars(select(BrainSignal).where(BrainSignal.call_id == call.id))).all()
+    assert [(r.type, r.source) for r in rows if r.type == "tool_failure"] == [("tool_failure", "flow")]
     german = await platform.start(flow_id)
     turn = await platform.say(german["id"], "7")
     assert said(turn).startswith(
@@ -195,7 +238,7 @@ async def test_a_tool_timeout_says_the_configured_fallback(
     assert turn["status"] == "active"
     assert turn["variables"]["result"]["success"] is False
     ended = await platform.post(f"/api/sessions/{opening['id']}/end")
-    assert ended.status_code == 200 and ended.json()["outcome"] == "completed"
+    assert ended.status_code == 200 and ended.json()["outcome"] == "abandoned"
     call = await call_of(db_session, opening["id"])
     assert call.tool_calls[0]["status"] == "timeout"
 

@@ -82,7 +82,7 @@ async def test_message_limits(make_platform: Any) -> None:
     assert too_big.status_code == 422 and too_big.json()["detail"][0]["loc"] == ["body", "variables"]
 
 
-async def test_a_knowledge_node_without_documents_says_the_fallback(make_platform: Any) -> None:
+async def test_a_knowledge_node_without_documents_says_it_found_nothing(make_platform: Any) -> None:
     platform: Platform = await make_platform()
     definition = {
         "language": "de",
@@ -94,8 +94,9 @@ async def test_a_knowledge_node_without_documents_says_the_fallback(make_platfor
     }
     session = await platform.start(await platform.flow(definition))
     turn = await platform.say(session["id"], "Wann haben Sie geöffnet?")
-    assert turn["reply"] == "Entschuldigung, das hat gerade nicht geklappt. Ihre Frage?"
-    assert turn["variables"]["found"] == {"answer": "", "hits": []}
+    nothing = "Dazu habe ich leider keine Information gefunden."
+    assert turn["reply"] == f"{nothing} Ihre Frage?"
+    assert turn["variables"]["found"] == {"answer": nothing, "hits": []}
 
 
 async def test_idle_sessions_end_with_their_call_record(
@@ -129,7 +130,7 @@ async def test_voice_toggle(make_platform: Any) -> None:
     )
     assert viewer.status_code == 404
     ended = await platform.post(f"/api/sessions/{session['id']}/end")
-    assert ended.status_code == 200 and ended.json()["outcome"] == "completed"
+    assert ended.status_code == 200 and ended.json()["outcome"] == "abandoned"
     assert (await platform.post(url, {"voiced": True})).status_code == 409
     assert (await platform.post(f"/api/sessions/{session['id']}/end")).status_code == 409
 
@@ -226,10 +227,17 @@ async def test_llm_failure_says_the_fallback(
     turn = await platform.say(session["id"], "hello?")
     assert turn["reply"] == "Sorry, that did not work just now."
     assert (turn["status"], turn["outcome"]) == ("ended", "failed")
+    # The failure's path leads straight to the goodbye: the call ended because of it, so it failed.
     recovering = await platform.start(await platform.flow(_llm_flow(model_next="bye"), name="Second"))
     turn = await platform.say(recovering["id"], "hello?")
     assert turn["reply"] == "Sorry, that did not work just now. Goodbye!"
-    assert turn["outcome"] == "completed"
+    assert (turn["outcome"], turn["end_reason"]) == ("failed", "llm_failure")
+    # ... and the reports and the history count both calls as failed.
+    days = (await platform.get("/api/reporting/calls/summary")).json()["days"]
+    assert sum(d["outcomes"]["failed"] for d in days) == 2
+    assert sum(d["outcomes"]["completed"] for d in days) == 0
+    failed = (await platform.get("/api/monitoring/calls/history", params={"outcome": "failed"})).json()
+    assert [c["outcome"] for c in failed["items"]] == ["failed", "failed"]
 
 
 async def test_llm_node_without_a_provider_still_answers(

@@ -22,7 +22,8 @@ async def test_an_angry_caller_gets_an_llm_judged_signal(
     session = await platform.start(flow_id)
     await platform.say(session["id"], "I am fed up, this takes forever: order 1 2")
     await platform.say(session["id"], "1 2")
-    ended = await platform.say(session["id"], "nein")
+    await platform.say(session["id"], "nein")  # no cost
+    ended = await platform.say(session["id"], "nein")  # no callback
     assert ended["status"] == "ended", ended
     app: Any = platform.client._transport.app  # type: ignore[attr-defined]
     await runner_for(app.state).drain()

@@ -4,6 +4,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -274,9 +275,21 @@ async def test_order_lookup_against_the_real_connector(
     as_number = (await run(client, headers, tool["id"], order_id=7)).json()
     assert as_number["result"]["order"]["id"] == 7
 
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"kind": "order_lookup", **labels}) or 0.0
+
+    not_found = sample("parley_tool_calls_total", status="not_found")
+    failures = sample("parley_tool_call_failures_total")
     missing = (await run(client, headers, tool["id"], order_id="999999")).json()
-    assert (missing["status"], missing["http_status"]) == ("ok", 404)
+    assert (missing["status"], missing["http_status"]) == ("not_found", 404)
     assert missing["result"]["success"] is False
+    # counted as what it is: not ok, not a failure
+    assert sample("parley_tool_calls_total", status="not_found") == not_found + 1
+    assert sample("parley_tool_call_failures_total") == failures
+    assert (
+        'parley_tool_calls_total{kind="order_lookup",status="not_found"}'
+        in (await client.get("/metrics")).text
+    )
 
     assert (await run(client, headers, tool["id"], order_id="abc")).status_code == 422
 

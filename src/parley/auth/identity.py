@@ -38,6 +38,8 @@ from parley.kit.ratelimit import RateLimiter
 
 # The query parameters a credential could be smuggled in; only a pst_ stream token is accepted there.
 QUERY_CREDENTIAL_PARAMETERS = ("token", "access_token", "api_key")
+# Said wherever the organization is ambiguous: HTTP callers set the header, CLI users have no header.
+CHOOSE_ORGANIZATION = "the X-Organization-Id header (in `parley chat`: --org or PARLEY_ORG)"
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,7 @@ class IdentityResolver:
         requested: str | None,
         *,
         pick_only_membership: bool = True,
-        how_to_choose: str = "the X-Organization-Id header",
+        how_to_choose: str = CHOOSE_ORGANIZATION,
     ) -> OrgContext:
         """The active organization: the API key's own, the requested one, or a user's only one.
 

@@ -6,17 +6,19 @@ Each rule is a small function from the record to the findings it raises (usually
 
 from __future__ import annotations
 
-import itertools
 import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from parley.brain.contracts import FinishedConversation, ToolCall
 from parley.kit.schemas import Severity
 
 LONG_SILENCE_SECONDS = 20.0
+# A synthetic voice's pace (espeak's default of 175 words a minute is about 15 characters a second).
+SPOKEN_CHARACTERS_PER_SECOND = 15.0
 
 
 @dataclass(frozen=True)
@@ -150,13 +152,31 @@ def negative_sentiment(record: FinishedConversation) -> list[Finding]:
 # --- long_silence ------------------------------------------------------------------------------
 
 
+def speaking_seconds(text: str) -> float:
+    """About how long saying ``text`` takes (a turn records when it was said, not how long it lasted)."""
+    return len(text) / SPOKEN_CHARACTERS_PER_SECOND
+
+
 def long_silence(record: FinishedConversation) -> list[Finding]:
+    """Silence on the caller's side only: from the end of the agent's words to the caller's next words.
+
+    Time the agent spends talking (its turns last as long as their text takes to say) or thinking (a
+    slow tool between two agent turns) is not the caller's silence.
+    """
     turns = sorted(record.transcript, key=lambda t: t.index)
     gaps = []
-    for before, after in itertools.pairwise(turns):
-        seconds = (after.at - before.at).total_seconds()
-        if seconds > LONG_SILENCE_SECONDS:
-            gaps.append({"after_turn_index": before.index, "seconds": round(seconds, 1)})
+    agent_done: datetime | None = None  # when the agent's last words ended
+    previous = None
+    for turn in turns:
+        if turn.speaker == "agent":
+            start = max(turn.at, agent_done) if agent_done else turn.at
+            agent_done = start + timedelta(seconds=speaking_seconds(turn.text))
+        elif agent_done is not None and previous is not None and previous.speaker == "agent":
+            began = turn.at - timedelta(seconds=speaking_seconds(turn.text))
+            seconds = (began - agent_done).total_seconds()
+            if seconds > LONG_SILENCE_SECONDS:
+                gaps.append({"after_turn_index": previous.index, "seconds": round(seconds, 1)})
+        previous = turn
     if not gaps:
         return []
     return [Finding({"gaps": gaps, "longest_seconds": max(g["seconds"] for g in gaps)})]
@@ -191,7 +211,12 @@ RULES: tuple[Rule, ...] = (
         transfer_requested,
     ),
     Rule("negative_sentiment", "medium", "The caller used angry or frustrated words.", negative_sentiment),
-    Rule("long_silence", "low", f"More than {LONG_SILENCE_SECONDS:.0f} s between two turns.", long_silence),
+    Rule(
+        "long_silence",
+        "low",
+        f"The caller was silent more than {LONG_SILENCE_SECONDS:.0f} s after the agent finished speaking.",
+        long_silence,
+    ),
     Rule("caller_repeats", "low", "The caller said the same thing twice or more.", caller_repeats),
 )
 

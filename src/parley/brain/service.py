@@ -113,15 +113,21 @@ def _aware(value: datetime) -> datetime:
 
 
 def signals_of(record: FinishedConversation) -> list[Raised]:
-    """The record's own signals, then what the built-in rules find in it (stamped with the end)."""
+    """The record's own signals, then what the built-in rules find in it (stamped with the end).
+
+    One event raises one signal: a rule stays quiet about a type the flow or the runtime already
+    raised on this call (the demo flow's ``order_not_found`` node and the rule that reads the same 404).
+    """
     ended = _aware(record.ended_at)
     raised = [
         Raised(s.type, s.severity, s.source, to_jsonable_python(s.details), _aware(s.at))
         for s in record.signals
     ]
+    own = {s.type for s in record.signals}
     raised += [
         Raised(rule.type, rule.severity, "rule", to_jsonable_python(finding.details), ended)
         for rule, finding in rules.evaluate(record)
+        if rule.type not in own
     ]
     return raised
 

@@ -38,7 +38,7 @@ class ToolCallRecord(BaseModel):
     tool_name: str
     node_id: str | None = None
     arguments: dict[str, Any]
-    status: Literal["ok", "error", "timeout", "dry_run"]
+    status: Literal["ok", "not_found", "error", "timeout", "dry_run"]
     http_status: int | None = None
     latency_ms: float
     result: Any = None

@@ -1,6 +1,7 @@
 """The reference agent: "where is my car?" — greet, take the order number, look it up through the order
-connector, tell status, finish date and gross cost, offer a callback, say goodbye. One definition
-speaks German and English (``language`` picks); docs/flows.md shows it and explains every node."""
+connector, tell status and ready date (the cost when asked), offer a callback, say goodbye. One
+definition speaks German and English (``language`` picks); docs/flows.md shows it and explains every
+node. The connector's values are German: ``in_english`` says them in English."""
 
 from __future__ import annotations
 
@@ -23,7 +24,60 @@ ORDER_STATUS_FLOW: dict[str, Any] = {
         "order_number": None,
         "order": None,
         "callback": None,
+        "wants_cost": None,
         "attempts": 0,
+        # A date is said as "28 November" / "28. November": an ISO date read aloud takes seconds.
+        "month_names": {
+            "en": [
+                "January",
+                "February",
+                "March",
+                "April",
+                "May",
+                "June",
+                "July",
+                "August",
+                "September",
+                "October",
+                "November",
+                "December",
+            ],
+            "de": [
+                "Januar",
+                "Februar",
+                "März",
+                "April",
+                "Mai",
+                "Juni",
+                "Juli",
+                "August",
+                "September",
+                "Oktober",
+                "November",
+                "Dezember",
+            ],
+        },
+        # Every project_status, station_state and parts_status value of the order connector
+        # (docs/connector.md), as the English agent says them.
+        "in_english": {
+            "Angenommen": "booked in",
+            "In Reparatur": "in repair",
+            "Wartet auf Teile": "waiting for parts",
+            "Fertig, wartet auf Abholung": "ready for pick-up",
+            "Ausgeliefert": "delivered",
+            "Warteschlange": "in the queue",
+            "Karosserie": "in the body shop",
+            "Lackierung": "in the paint shop",
+            "Mechanik": "with the mechanics",
+            "Montage": "being reassembled",
+            "Qualitätskontrolle": "in the quality check",
+            "Abholbereit": "ready for pick-up",
+            "Abgeschlossen": "closed",
+            "Teile bestellt": "parts ordered",
+            "Teilweise geliefert": "some parts delivered",
+            "Vollständig": "all parts in",
+            "Nicht benötigt": "no parts needed",
+        },
     },
     "start_node": "greet",
     "nodes": [
@@ -74,12 +128,40 @@ ORDER_STATUS_FLOW: dict[str, Any] = {
             "id": "say_status",
             "type": "say",
             "text": (
-                "{% set o = order.order %}{% if language == 'en' %}Your {{ o.manufacturer_name }} "
-                "{{ o.model_name }} ({{ o.plate }}) is at status {{ o.project_status }}. Expected "
-                "completion: {{ o.finish_date }}. Gross cost: {{ o.total_gross_cost }} euros."
-                "{% else %}Ihr {{ o.manufacturer_name }} {{ o.model_name }} ({{ o.plate }}) hat den Status "
-                "{{ o.project_status }}. Voraussichtliche Fertigstellung: {{ o.finish_date }}. Kosten "
-                "brutto: {{ o.total_gross_cost }} Euro.{% endif %}"
+                "{% set o = order.order %}{% set day = o.finish_date[8:10] | int %}"
+                "{% set month = o.finish_date[5:7] | int %}{% if language == 'en' %}Your {{ o.manufacturer_name }} "
+                "{{ o.model_name }}: {{ in_english[o.project_status] | default(o.project_status) }}, ready on "
+                "{{ day }} {{ month_names.en[month - 1] }}.{% else %}Ihr {{ o.manufacturer_name }} {{ o.model_name }}: "
+                "{{ o.project_status }}, fertig am {{ day }}. {{ month_names.de[month - 1] }}.{% endif %}"
+            ),
+            "next": "offer_cost",
+        },
+        {
+            "id": "offer_cost",
+            "type": "collect",
+            "variable": "wants_cost",
+            "kind": "yes_no",
+            "prompt": (
+                "{% if language == 'en' %}Would you like to know the cost?"
+                "{% else %}Möchten Sie die Kosten wissen?{% endif %}"
+            ),
+            "max_retries": 1,
+            "on_failure": "offer_callback",
+            "next": "cost_branch",
+        },
+        {
+            "id": "cost_branch",
+            "type": "branch",
+            "conditions": [{"when": "wants_cost == True", "next": "say_cost"}],
+            "default": "offer_callback",
+        },
+        {
+            "id": "say_cost",
+            "type": "say",
+            "text": (
+                "{% set o = order.order %}{% if language == 'en' %}{{ o.total_gross_cost }} euros including "
+                "VAT; {{ in_english[o.parts_status] | default(o.parts_status) }}."
+                "{% else %}{{ o.total_gross_cost }} Euro brutto; Teile: {{ o.parts_status }}.{% endif %}"
             ),
             "next": "offer_callback",
         },

@@ -168,6 +168,17 @@ class KnowledgeNode(_Node):
     query: Template = Field(default="{{ last_user_message }}", description="What to search for.")
     top_k: int = Field(default=3, ge=1, le=10)
     answer: Template = Field(default="{{ knowledge_answer }}", description="What to say; sees 'hits'.")
+    min_relevance: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Share of the question's words (stop words aside) a chunk must contain, in the "
+        "agent's language, to count as an answer.",
+    )
+    not_found: Template = Field(
+        default="",
+        description="What to say when no chunk is relevant (default: a sentence in the agent's language).",
+    )
     result_variable: VariableName | None = None
     next: NodeId | None = None
 

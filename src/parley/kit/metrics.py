@@ -74,7 +74,7 @@ TURN_LATENCY = Histogram(
 # --- tools -------------------------------------------------------------------------------------------
 TOOL_CALLS = Counter(
     "parley_tool_calls_total",
-    "Tool calls by tool kind and status (ok, error, timeout)",
+    "Tool calls by tool kind and status (ok, not_found, error, timeout)",
     ["kind", "status"],
 )
 TOOL_FAILURES = Counter(

@@ -38,6 +38,7 @@ from parley.flows.definition import (
 from parley.flows.expressions import ExpressionError, evaluate
 from parley.kit.metrics import observe_turn
 from parley.kit.templates import TemplateRenderError, render_template
+from parley.runtime import spoken
 from parley.runtime.ports import (
     CallControlPort,
     HandOver,
@@ -81,6 +82,9 @@ TRANSFER_APOLOGY = {
     },
 }
 NO_LINE = "This conversation has no phone line that could be transferred (a web or text conversation)."
+
+# Tool statuses that carry an answer the flow goes on with (``not_found`` is "no such order").
+ANSWERED = ("ok", "not_found")
 
 EventType = Literal["say", "tool_call", "signal", "transfer", "end"]
 
@@ -128,6 +132,9 @@ class _Turn:
     pending_user: str | None = None
     on_text: TextSink | None = None
     llm_started: float | None = None
+    # A tool or LLM failure in this turn (``tool_failure``/``llm_failure``): a flow that ends in the same
+    # turn, down the failure's path, ends as ``failed`` with it as the reason, not ``completed``.
+    failure: str | None = None
 
 
 class FlowEngine:
@@ -352,6 +359,8 @@ class FlowEngine:
     ) -> None:
         if state.status != "active":
             return
+        if outcome == "completed" and turn.failure is not None:
+            outcome, reason = "failed", turn.failure
         state.status = "ended"
         state.outcome = outcome
         state.end_reason = reason
@@ -655,10 +664,11 @@ class FlowEngine:
             return None
         if state.transferring:
             return WAIT
-        if outcome.status == "ok":
+        if outcome.status in ANSWERED:
             if node.result_variable:
                 state.variables[node.result_variable] = outcome.result
             return node.next
+        turn.failure = "tool_failure"
         if node.result_variable:
             state.variables[node.result_variable] = {
                 "success": False,
@@ -671,15 +681,24 @@ class FlowEngine:
     async def _knowledge_node(self, node: KnowledgeNode, state: ConversationState, turn: _Turn) -> Step:
         query = await self._arender(node.query, state) or str(state.variables.get("last_user_message") or "")
         hits: list[dict[str, Any]] = []
+        failed = False
         if self.knowledge is not None and query.strip():
             started = time.perf_counter()
             try:
                 hits = await self.knowledge.search(query[:1000], node.top_k, node.document_ids)
             except KnowledgeError as exc:
+                failed = True
                 self._runtime_signal(state, "knowledge_failure", {"node": node.id, "error": str(exc)[:300]})
             finally:
                 turn.result.tool_ms += (time.perf_counter() - started) * 1000
-        answer = hits[0]["text"] if hits else ""
+        language = str(state.variables.get("language") or self.language)
+        hits = spoken.relevant_hits(query, hits, language, node.min_relevance)
+        if hits:
+            answer = spoken.answer(query, hits)
+        elif failed:
+            answer = ""  # the fallback line below: the search failed, it did not come back empty
+        else:
+            answer = self._render(node.not_found, state) or spoken.nothing_found(language)
         if hits and self.llm is not None:
             sources = "\n\n".join(f"[{i + 1}] {h['text'][:1500]}" for i, h in enumerate(hits))
             messages = [
@@ -698,7 +717,7 @@ class FlowEngine:
                 self._runtime_signal(state, "llm_failure", {"node": node.id, "error": str(exc)[:300]})
         text = await self._arender(node.answer, state, {"hits": hits, "knowledge_answer": answer})
         if not text and not hits:
-            text = self.fallback_text(state)
+            text = answer or self.fallback_text(state)
         if node.result_variable:
             state.variables[node.result_variable] = {"answer": answer, "hits": hits}
         self._say(turn, state, text, node.id)
@@ -852,6 +871,7 @@ class FlowEngine:
         except LlmError as exc:
             self._runtime_signal(state, "llm_failure", {"node": node.id, "error": str(exc)[:300]})
             self._say(turn, state, self.fallback_text(state), node.id)
+            turn.failure = "llm_failure"
             if node.next:
                 return node.next
             self._finish_conversation(state, turn, "failed", "llm_failure")
@@ -877,7 +897,7 @@ class FlowEngine:
         if not isinstance(arguments, dict):
             return json.dumps({"error": "The arguments must be a JSON object."})
         outcome = await self._call_tool(spec.ref, arguments, node.id, state, turn, failure_next=node.id)
-        if outcome.status == "ok":
+        if outcome.status in ANSWERED:
             payload: Any = outcome.result
         else:
             payload = {"error": outcome.error or outcome.status}

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 class ToolOutcome:
     tool_id: str | None
     tool_name: str
-    status: Literal["ok", "error", "timeout"]
+    status: Literal["ok", "not_found", "error", "timeout"]
     latency_ms: float = 0.0
     http_status: int | None = None
     result: Any = None

@@ -189,5 +189,7 @@ def run_chat(
                         break
                     continue
                 turn = {**turn, **_show_stream(console, response)}
-        console.print(f"[dim]Session ended: {turn.get('outcome') or turn.get('status')}.[/]")
+        outcome = turn.get("outcome") or turn.get("status")
+        why = f" ({turn.get('end_reason')})" if outcome == "failed" and turn.get("end_reason") else ""
+        console.print(f"[dim]Session ended: {escape(str(outcome))}{escape(why)}.[/]")
     return 0

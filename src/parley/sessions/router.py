@@ -249,8 +249,12 @@ async def send_session_message(
 async def end_session(
     _lock: SessionTurnLock, request: Request, session: DbSession, context: OrgWriter, session_id: SessionId
 ) -> SessionOut:
-    """End a live session now (outcome completed); its call record is written. 409 when already ended."""
-    row = await service.end_session(session, context.organization_id, session_id, reason="ended_by_client")
+    """End a live session now; its call record is written. 409 when already ended.
+
+    A session still active has not reached its flow's end, so the caller left: outcome abandoned."""
+    row = await service.end_session(
+        session, context.organization_id, session_id, outcome="abandoned", reason="ended_by_client"
+    )
     describe(request, "session", row.id)
     # A live audio stream of the session, in whichever process holds it, stops and ends.
     control_after_commit(

@@ -41,7 +41,9 @@ from parley.tools.schemas import (
 
 MAX_RESPONSE_BYTES = 1024 * 1024
 
-Status = Literal["ok", "error", "timeout"]
+# ``not_found``: the tool worked and answered that the thing asked about does not exist (the order
+# connector's 404). It is an answer a flow branches on, not a failure, but not ``ok`` either.
+Status = Literal["ok", "not_found", "error", "timeout"]
 
 
 @dataclass
@@ -372,7 +374,7 @@ async def _run_order_lookup(
     envelope = result.result
     if result.http_status == 404 and isinstance(envelope, dict) and "success" in envelope:
         # "No such order" is an answer the flow branches on, not a failure of the tool.
-        return ToolResult("ok", http_status=404, result=envelope)
+        return ToolResult("not_found", latency_ms=result.latency_ms, http_status=404, result=envelope)
     if result.status == "error" and isinstance(envelope, dict) and isinstance(envelope.get("message"), str):
         result.error = f"The order connector answered HTTP {result.http_status}: {envelope['message'][:200]}"
     return result

@@ -88,7 +88,8 @@ async def test_tool(
     """Run the tool once with ``arguments`` and report status, latency and the result (cut to 10 kB).
 
     An upstream failure is still a 200 here, with ``status`` error or timeout and the reason: this is a
-    test report. Arguments that do not fit the tool's parameters are a 422. ``end_session`` and
+    test report (``not_found``: the lookup worked and found nothing, e.g. the order connector's 404).
+    Arguments that do not fit the tool's parameters are a 422. ``end_session`` and
     ``transfer`` act on live calls, so their test answers the action they ask for (``performed`` false).
     """
     describe(request, "tool", tool_id)

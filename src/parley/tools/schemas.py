@@ -218,7 +218,7 @@ class ToolTestIn(StrictModel):
 
 
 class ToolTestOut(BaseModel):
-    status: Literal["ok", "error", "timeout", "dry_run"]
+    status: Literal["ok", "not_found", "error", "timeout", "dry_run"]
     http_status: int | None
     latency_ms: float
     result: Any = Field(description="Parsed JSON or text; cut to 10 kB (see truncated).")

@@ -457,7 +457,7 @@ class VoiceCall(ABC):
         if self.end_as is not None:
             outcome, reason = self.end_as
         elif self.caller_ended:
-            outcome, reason = "completed", "caller_ended"
+            outcome, reason = "abandoned", "caller_ended"  # left before the flow's end
         else:
             outcome, reason = "abandoned", "caller_hung_up"
         state = self.app.state

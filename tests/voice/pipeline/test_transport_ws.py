@@ -67,7 +67,7 @@ async def test_the_organization_may_come_in_the_query_string(live: dict[str, Any
         await ws.send(json.dumps({"type": "end"}))
         assert await close_code(ws) == 1000
     row = wait_ended(live, session_id)
-    assert row["outcome"] == "completed" and row["end_reason"] == "caller_ended"
+    assert row["outcome"] == "abandoned" and row["end_reason"] == "caller_ended"
 
 
 async def test_a_long_lived_credential_in_the_query_string_is_refused(live: dict[str, Any]) -> None:
