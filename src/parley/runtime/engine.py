@@ -37,6 +37,7 @@ from parley.flows.definition import (
 from parley.flows.expressions import ExpressionError, evaluate
 from parley.flows.templates import TemplateRenderError, render_template
 from parley.kit.metrics import observe_turn
+from parley.runtime.numbers import spoken_digits, too_many_digits
 from parley.runtime.ports import (
     KnowledgeError,
     KnowledgePort,
@@ -159,8 +160,10 @@ class FlowEngine:
         configured = state.variables.get("fallback") or self.definition.variables.get("fallback")
         if isinstance(configured, str) and configured.strip():
             return self._render(configured, state)
-        language = str(state.variables.get("language") or self.definition.language)[:2]
-        return DEFAULT_FALLBACK.get(language, DEFAULT_FALLBACK["en"])
+        return DEFAULT_FALLBACK.get(self._language(state), DEFAULT_FALLBACK["en"])
+
+    def _language(self, state: ConversationState) -> str:
+        return str(state.variables.get("language") or self.definition.language)[:2]
 
     # --- turns ---------------------------------------------------------------------------------
 
@@ -380,6 +383,19 @@ class FlowEngine:
         raise AssertionError(f"unknown node type {type(node).__name__}")  # pragma: no cover
 
     def _answer_collect(self, node: CollectNode, state: ConversationState, turn: _Turn, text: str) -> Step:
+        reask: str | None = None
+        if node.kind == "digits":
+            heard = spoken_digits(text[:4000])
+            earlier = state.partial_digits.pop(node.id, "")
+            if heard is not None and earlier:
+                text = earlier + heard  # the second half of a number split by a pause
+                heard = text
+            if heard is not None and not earlier and node.min_length and len(heard) < node.min_length:
+                # the caller paused mid-number: keep what was heard and listen on, without a word
+                state.partial_digits[node.id] = heard
+                return WAIT
+            if heard is not None and node.max_length and len(heard) > node.max_length:
+                reask = too_many_digits(self._language(state), len(heard), node.max_length)
         value = parse_answer(text, node)
         if value is not None:
             state.variables[node.variable] = value
@@ -388,7 +404,7 @@ class FlowEngine:
         retries = state.retries.get(node.id, 0) + 1
         state.retries[node.id] = retries
         if retries <= node.max_retries:
-            self._say(turn, state, self._render(node.reprompt or node.prompt, state), node.id)
+            self._say(turn, state, reask or self._render(node.reprompt or node.prompt, state), node.id)
             return WAIT
         state.retries.pop(node.id, None)
         if node.on_failure:
