@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from text_to_num import alpha2digit
+from text_to_num import alpha2digit  # type: ignore[import-untyped]
 
 _SINGLE = {
     "null": "0",
