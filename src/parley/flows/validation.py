@@ -213,6 +213,8 @@ def validate_definition(definition: FlowDefinition, resources: OrgResources) -> 
                     Issue(node.id, "id", f"the node {node.id!r} cannot be reached from the start node")
                 )
 
+    issues += _voice_rules(definition)
+
     for component in _cycles_without_waiting(definition, ids):
         path = " → ".join([*component, component[0]])
         issues.append(
@@ -273,4 +275,22 @@ def _node_rules(node: Any, known: set[str], resources: OrgResources) -> list[Iss
                 issues.append(
                     Issue(node.id, f"document_ids.{index}", f"the document {doc_id!r} does not exist")
                 )
+    return issues
+
+
+def _voice_rules(definition: FlowDefinition) -> list[Issue]:
+    """The voice settings against what the named engines can serve (see docs/flows.md)."""
+    from parley.voice.capabilities import stt_problems, tts_problems  # the engines' knowledge
+
+    voice = definition.voice
+    if voice is None:
+        return []
+    issues: list[Issue] = []
+    languages = list(dict.fromkeys([definition.language, *definition.languages]))
+    if voice.stt is not None:
+        for field, message in stt_problems(voice.stt, languages):
+            issues.append(Issue(None, f"voice.stt.{field}", message))
+    if voice.tts is not None:
+        for field, message in tts_problems(voice.tts):
+            issues.append(Issue(None, f"voice.tts.{field}", message))
     return issues
