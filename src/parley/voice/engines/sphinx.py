@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib.util
 import re
 import tempfile
@@ -161,13 +162,31 @@ def warm_pool(count: int = 2, kinds: Sequence[DecoderKind] = WARM_KINDS) -> int:
     built = 0
     for kind in kinds:
         while _POOL.free(kind) < count:
-            _POOL.give(kind, _POOL.build(kind))
+            decoder = _POOL.build(kind)
+            if isinstance(kind, Lexicon):  # the grammars every call of that language uses
+                for grammar in (lexicon.number_grammar(kind.language), lexicon.yes_no_grammar(kind.language)):
+                    use_grammar(decoder, grammar)
+            _POOL.give(kind, decoder)
             built += 1
     return built
 
 
 def pool() -> _DecoderPool:
     return _POOL
+
+
+def use_grammar(decoder: Any, grammar: str) -> None:
+    """Activate ``grammar`` on the decoder, compiling it only the first time this decoder sees it.
+
+    Compiling a JSGF grammar holds the GIL for tens of milliseconds, so each decoder keeps the
+    grammars it has compiled as named searches, and :func:`warm_pool` compiles the common ones.
+    """
+    name = "g" + hashlib.sha256(grammar.encode()).hexdigest()[:16]
+    try:
+        decoder.activate_search(name)
+    except KeyError:
+        decoder.add_jsgf_string(name, grammar)
+        decoder.activate_search(name)
 
 
 def _word(segment_word: str) -> str:
@@ -300,8 +319,7 @@ class SphinxStream(SttStream):
         self._decoder = decoder
         self._grammar = grammar
         if grammar is not None:
-            decoder.add_jsgf_string("hints", grammar)
-            decoder.activate_search("hints")
+            use_grammar(decoder, grammar)
         self._decoding = _Decoding(decoder, use_vad, spell=isinstance(model, Lexicon))
         self._resampler = Resampler(sample_rate, RATE)
         self._audio: list[bytes] = []
@@ -356,8 +374,7 @@ class SphinxStream(SttStream):
             if self._decoding.utt_start_ms is not None:
                 decoder.end_utt()
             if self._grammar is not None and not isinstance(self._model, Lexicon):
-                decoder.activate_search("_default")
-                decoder.remove_search("hints")
+                decoder.activate_search("_default")  # the grammar stays compiled for the next stream
         except RuntimeError:  # a decoder in a bad state is not reused
             return
         _POOL.give(self._model, decoder)
