@@ -56,8 +56,18 @@ def test_collect_nodes_hand_their_words_to_the_recognizer_in_the_calls_language(
     assert german is not None and "zwölf" in german and "hundert" in german
     assert lexicon.classify(german, "de") == "number"
     assert phrases_for(definition, "y", "de") == lexicon.yes_no_words("de")
-    english = phrases_for(definition, "n", "en")
-    assert english is not None and "forty" in english
+    assert phrases_for(definition, "n", "en") == [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+    ]
     assert phrases_for(definition, "n", "fr") is None
 
 

@@ -88,10 +88,11 @@ def phrases_for(definition: FlowDefinition, node_id: str | None, language: str |
     node = next((n for n in definition.nodes if n.id == node_id), None)
     if not isinstance(node, CollectNode) or not lexicon.has_lexicon(language):
         return None
+    english = lexicon.base_language(language) == "en"
     if node.kind in ("digits", "number"):
-        return lexicon.number_words(language)
+        return list(DIGITS) if english else lexicon.number_words(language)
     if node.kind == "yes_no":
-        return lexicon.yes_no_words(language)
+        return ["yes", "no", "yeah", "nope"] if english else lexicon.yes_no_words(language)
     if node.kind == "choice" and node.choices:
         return [word for choice in node.choices for word in choice.lower().split()]
     return None

@@ -418,8 +418,10 @@ class PocketsphinxStt(SttEngine):
         if model is not None:
             return model, None  # a grammar needs the decoder's dictionary: made in open_stream
         base = lexicon.base_language(language)
-        if base == "en" and (not phrases or lexicon.classify(phrases, "en") == "words"):
-            return None, None  # free English speech, or choices: the full dictionary
+        if base == "en":
+            # English keeps the full dictionary, with a loop over the node's words when it has any:
+            # the structured English number grammar measured no better on digit strings
+            return None, None
         return Lexicon(base), lexicon.grammar_for(phrases, base)
 
     @staticmethod
