@@ -152,7 +152,7 @@ class _DecoderPool:
 _POOL = _DecoderPool()
 
 # What a server warms at start-up: the kinds the offline default serves, two of each.
-WARM_KINDS: tuple[DecoderKind, ...] = (None, Lexicon("en"), Lexicon("de"))
+WARM_KINDS: tuple[DecoderKind, ...] = (None, Lexicon("de"))
 
 
 def warm_pool(count: int = 2, kinds: Sequence[DecoderKind] = WARM_KINDS) -> int:
