@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -62,6 +63,7 @@ from parley.telephony.handover import PhoneLine
 from parley.telephony.router import router as telephony_router
 from parley.telephony.service import place_outbound_call
 from parley.tools.router import router as tools_router
+from parley.voice.engines.sphinx import warm_pool
 from parley.voice.router import router as inference_router
 from parley.voice.transport_ws import session_audio_socket
 from parley.worker import load_tasks
@@ -143,9 +145,13 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         signal_drain = SignalDrain(lifecycle_of(app))
         signal_drain.install()
         instrument_engine(app, app.state.db.engine)
+        # Offline recognizer decoders hold the GIL while they load: load them now, in a thread, not
+        # when a caller is on the line (the pool is per process, so a second app finds it full).
+        warming = asyncio.create_task(asyncio.to_thread(warm_pool, settings.voice_decoder_pool))
         try:
             yield
         finally:
+            warming.cancel()
             signal_drain.uninstall()
             shutdown_tracing(app)
             await app.state.token_refresher.stop()

@@ -166,6 +166,12 @@ class Settings(BaseSettings):
         le=3600,
         description="A telephony sync's lease; a dead process frees it after this.",
     )
+    voice_decoder_pool: int = Field(
+        default=2,
+        ge=0,
+        le=16,
+        description="Offline recognizer decoders of each kind loaded at start-up, off the event loop; 0 loads on first use.",
+    )
     voice_recording_max_seconds: int = Field(
         default=900,
         ge=0,

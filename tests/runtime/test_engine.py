@@ -182,7 +182,11 @@ async def test_collect_reprompts_then_fails_over(kind: str, answer: str, extra: 
     )
     state = run_state(engine)
     assert (await engine.start(state)).text == "Tell me."
-    assert (await engine.handle(state, answer)).text == "Again please."
+    reask = (await engine.handle(state, answer)).text
+    if kind == "digits" and len(answer) > extra.get("max_length", 99):  # says what was wrong
+        assert reask.startswith(f"That was {len(answer)} digits; the number has at most")
+    else:
+        assert reask == "Again please."
     last = await engine.handle(state, answer)
     # the line says the transfer's message before it dials (it is in the transcript, not a say event)
     assert [(e.type, e.text) for e in last.events if e.type == "transfer"] == [("transfer", "Connecting.")]
@@ -363,3 +367,46 @@ async def test_a_failing_knowledge_search_says_the_fallback() -> None:
     result = await engine.handle(state, "opening hours?")
     assert result.text == "Sorry, that did not work just now. Question?"
     assert state.status == "active" and any(s.type == "knowledge_failure" for s in state.signals)
+
+
+def _digits_flow(language: str = "en", **limits: int) -> FlowDefinition:
+    return flow(
+        {"id": "ask", "type": "collect", "variable": "n", "kind": "digits", "prompt": "Number?",
+         "reprompt": "Again?", "next": "done", **limits},
+        {"id": "done", "type": "end", "text": "Got {{ n }}."},
+        language=language,
+    )  # fmt: skip
+
+
+async def test_a_number_in_words_answers_a_digits_question() -> None:
+    engine = FlowEngine(_digits_flow("de", max_length=5), tools=Tools())
+    state = run_state(engine)
+    await engine.start(state)
+    assert (await engine.handle(state, "siebenundvierzig elf")).text == "Got 4711."
+
+
+async def test_too_many_digits_get_a_clear_reask_not_a_lookup() -> None:
+    engine = FlowEngine(_digits_flow("de", max_length=5), tools=Tools())
+    state = run_state(engine)
+    await engine.start(state)
+    answer = await engine.handle(state, "eins zwei drei vier fünf sechs sieben")
+    assert "7 Ziffern" in answer.text and "höchstens 5" in answer.text
+    assert "n" not in state.variables or state.variables["n"] is None
+    assert (await engine.handle(state, "vier sieben eins eins")).text == "Got 4711."
+
+
+async def test_a_number_split_by_a_pause_is_joined() -> None:
+    engine = FlowEngine(_digits_flow(min_length=4, max_length=5), tools=Tools())
+    state = run_state(engine)
+    await engine.start(state)
+    first = await engine.handle(state, "four seven")
+    assert first.text == ""  # the caller is mid-number: nothing is said, the node listens on
+    assert (await engine.handle(state, "one one")).text == "Got 4711."
+
+
+async def test_a_short_answer_after_a_pause_is_reasked() -> None:
+    engine = FlowEngine(_digits_flow(min_length=4, max_length=5), tools=Tools())
+    state = run_state(engine)
+    await engine.start(state)
+    await engine.handle(state, "four")
+    assert (await engine.handle(state, "seven")).text == "Again?"

@@ -6,7 +6,7 @@ Each problem names the node and the field it is about, so editors can point at i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from parley.flows.definition import (
     SayNode,
     SetNode,
     SignalNode,
+    SpeechSettings,
     ToolNode,
     TransferNode,
     assigned_variables,
@@ -220,6 +221,8 @@ def _validate_definition(definition: FlowDefinition, resources: OrgResources) ->
                     Issue(node.id, "id", f"the node {node.id!r} cannot be reached from the start node")
                 )
 
+    issues += _voice_rules(definition)
+
     for component in _cycles_without_waiting(definition, ids):
         path = " → ".join([*component, component[0]])
         issues.append(
@@ -309,4 +312,27 @@ def _node_rules(node: Any, known: set[str], resources: OrgResources) -> list[Iss
                 issues.append(
                     Issue(node.id, f"document_ids.{index}", f"the document {doc_id!r} does not exist")
                 )
+    return issues
+
+
+# What the speech engines can serve is the voice package's knowledge; it sits above flows, so it hands
+# its checks over at import (parley.voice.capabilities): (settings, languages) -> [(field, sentence)].
+SpeechCheck = Callable[[SpeechSettings, list[str]], list[tuple[str, str]]]
+STT_CHECKS: list[SpeechCheck] = []
+TTS_CHECKS: list[SpeechCheck] = []
+
+
+def _voice_rules(definition: FlowDefinition) -> list[Issue]:
+    """The voice settings against what the named engines can serve (see docs/flows.md)."""
+    voice = definition.voice
+    if voice is None:
+        return []
+    issues: list[Issue] = []
+    languages = list(dict.fromkeys([definition.language, *definition.languages]))
+    for kind, settings, checks in (("stt", voice.stt, STT_CHECKS), ("tts", voice.tts, TTS_CHECKS)):
+        if settings is None:
+            continue
+        for check in checks:
+            for field, message in check(settings, languages):
+                issues.append(Issue(None, f"voice.{kind}.{field}", message))
     return issues

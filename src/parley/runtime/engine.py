@@ -39,6 +39,7 @@ from parley.flows.expressions import ExpressionError, evaluate
 from parley.kit.metrics import observe_turn
 from parley.kit.templates import TemplateRenderError, render_template
 from parley.runtime import spoken
+from parley.runtime.numbers import spoken_digits, too_many_digits
 from parley.runtime.ports import (
     CallControlPort,
     HandOver,
@@ -190,8 +191,10 @@ class FlowEngine:
         configured = state.variables.get("fallback") or self.definition.variables.get("fallback")
         if isinstance(configured, str) and configured.strip():
             return self._render(configured, state)
-        language = str(state.variables.get("language") or self.definition.language)[:2]
-        return DEFAULT_FALLBACK.get(language, DEFAULT_FALLBACK["en"])
+        return DEFAULT_FALLBACK.get(self._language(state), DEFAULT_FALLBACK["en"])
+
+    def _language(self, state: ConversationState) -> str:
+        return str(state.variables.get("language") or self.definition.language)[:2]
 
     # --- turns ---------------------------------------------------------------------------------
 
@@ -573,6 +576,19 @@ class FlowEngine:
     async def _answer_collect(
         self, node: CollectNode, state: ConversationState, turn: _Turn, text: str
     ) -> Step:
+        reask: str | None = None
+        if node.kind == "digits":
+            heard = spoken_digits(text[:4000])
+            earlier = state.partial_digits.pop(node.id, "")
+            if heard is not None and earlier:
+                text = earlier + heard  # the second half of a number split by a pause
+                heard = text
+            if heard is not None and not earlier and node.min_length and len(heard) < node.min_length:
+                # the caller paused mid-number: keep what was heard and listen on, without a word
+                state.partial_digits[node.id] = heard
+                return WAIT
+            if heard is not None and node.max_length and len(heard) > node.max_length:
+                reask = too_many_digits(self._language(state), len(heard), node.max_length)
         value = parse_answer(text, node)
         if value is not None:
             state.variables[node.variable] = value
@@ -581,7 +597,7 @@ class FlowEngine:
         retries = state.retries.get(node.id, 0) + 1
         state.retries[node.id] = retries
         if retries <= node.max_retries:
-            self._say(turn, state, await self._arender(node.reprompt or node.prompt, state), node.id)
+            self._say(turn, state, reask or await self._arender(node.reprompt or node.prompt, state), node.id)
             return WAIT
         state.retries.pop(node.id, None)
         if node.on_failure:

@@ -52,6 +52,8 @@ class ConversationState(BaseModel):
     waiting: bool = False
     variables: dict[str, Any] = Field(default_factory=dict)
     retries: dict[str, int] = Field(default_factory=dict)
+    # digits a collect node heard that are fewer than it needs: the caller paused mid-number
+    partial_digits: dict[str, str] = Field(default_factory=dict)
     transcript: list[TurnRecord] = Field(default_factory=list)
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     signals: list[SignalRecord] = Field(default_factory=list)

@@ -1,8 +1,9 @@
 """Understanding a caller's answer to a ``collect`` node, by kind, in German and English.
 
 Each parser returns the normalised value or ``None`` when the answer does not fit. Speech-to-text
-output is messy, so digits may come as words ("vier sieben eins eins", "four seven one one"), with
-spaces or dashes ("47 11", "4-7-1-1"), and yes/no answers in several common forms.
+output is messy, so digits may come as words ("vier sieben eins eins", "four seven one one", "zweiundvierzig",
+"forty two": see :mod:`parley.runtime.numbers`), with spaces or dashes ("47 11", "4-7-1-1"), and yes/no
+answers in several common forms.
 """
 
 from __future__ import annotations
@@ -13,63 +14,8 @@ from datetime import date
 from typing import Any
 
 from parley.flows.definition import CollectNode
+from parley.runtime.numbers import spoken_digits
 
-_DIGIT_WORDS = {
-    # German
-    "null": "0",
-    "eins": "1",
-    "ein": "1",
-    "eine": "1",
-    "zwei": "2",
-    "zwo": "2",
-    "drei": "3",
-    "vier": "4",
-    "fünf": "5",
-    "fuenf": "5",
-    "funf": "5",
-    "sechs": "6",
-    "sieben": "7",
-    "acht": "8",
-    "neun": "9",
-    # English
-    "zero": "0",
-    "oh": "0",
-    "o": "0",
-    "one": "1",
-    "two": "2",
-    "three": "3",
-    "four": "4",
-    "five": "5",
-    "six": "6",
-    "seven": "7",
-    "eight": "8",
-    "nine": "9",
-}
-_MULTIPLIERS = {"doppel": 2, "double": 2, "triple": 3, "dreifach": 3}
-_FILLER = {
-    "die",
-    "der",
-    "ist",
-    "nummer",
-    "auftragsnummer",
-    "meine",
-    "mein",
-    "lautet",
-    "my",
-    "is",
-    "the",
-    "number",
-    "order",
-    "it",
-    "it's",
-    "its",
-    "äh",
-    "ähm",
-    "uh",
-    "um",
-    "and",
-    "und",
-}
 _YES = {
     "ja",
     "jawohl",
@@ -100,26 +46,6 @@ _DE_DATE = re.compile(r"\b(\d{1,2})\.\s?(\d{1,2})\.\s?(\d{4})\b")
 _SLASH_DATE = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4})\b")
 
 
-def spoken_digits(text: str) -> str | None:
-    """The digit string a caller said, or None when the answer contains anything but digits."""
-    digits: list[str] = []
-    repeat = 1
-    for token in _WORD.findall(text.lower()):
-        if token.isdigit():
-            digits.append(token[0] * (repeat - 1) + token)
-            repeat = 1
-        elif token in _DIGIT_WORDS:
-            digits.append(_DIGIT_WORDS[token] * repeat)
-            repeat = 1
-        elif token in _MULTIPLIERS:
-            repeat = _MULTIPLIERS[token]
-        elif token in _FILLER:
-            continue
-        else:
-            return None
-    return "".join(digits) or None
-
-
 def parse_digits(text: str, node: CollectNode) -> str | None:
     value = spoken_digits(text)
     if value is None:
@@ -133,9 +59,13 @@ def parse_digits(text: str, node: CollectNode) -> str | None:
 
 def parse_number(text: str, node: CollectNode) -> int | float | None:
     match = _NUMBER.search(text)
-    if match is None:
+    if match is None or text.replace(match.group(0), "").strip(" ,.!?"):
+        # words, or digits among words ("vierhundert", "4 7 eleven"): the number they name
         words = spoken_digits(text)
-        return int(words) if words else None
+        if words:
+            return int(words)
+        if match is None:
+            return None
     raw = match.group(0).replace(",", ".")
     number = float(raw)
     return int(number) if number.is_integer() and "." not in raw else number

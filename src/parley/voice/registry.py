@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
 from parley.config import Settings
-from parley.flows.definition import VoiceSettings
+from parley.flows.definition import SpeechSettings, VoiceSettings
 from parley.kit.errors import BadRequest, Conflict
 from parley.kit.outbound import OutboundPolicy
 from parley.providers import service as providers
@@ -132,11 +132,30 @@ async def tts_engine(
     return build_tts(settings, config)
 
 
+def _with_flow_settings(config: ProviderSettings, speech: SpeechSettings | None) -> ProviderSettings:
+    """The organization's provider settings with the flow's ``model`` (and STT language) on top."""
+    if speech is None or speech.model is None:
+        return config
+    if isinstance(config, PocketsphinxConfig):  # its "model" is the language it listens in
+        return config.model_copy(update={"language": speech.model})
+    if isinstance(config, OpenAISTTConfig | DeepgramConfig | OpenAITTSConfig | ElevenLabsConfig):
+        return config.model_copy(update={"model": speech.model})
+    return config  # eSpeak has no models (validation refuses one)
+
+
 async def engines_for_flow(
     session: AsyncSession, settings: Settings, context: OrgContext, voice: VoiceSettings | None
 ) -> SpeechEngines:
     """The engines a flow's voice settings ask for, with the organization's credentials."""
-    stt = await stt_engine(session, settings, context, voice.stt.provider if voice and voice.stt else None)
-    tts = await tts_engine(session, settings, context, voice.tts.provider if voice and voice.tts else None)
-    tts_voice = voice.tts.voice if voice and voice.tts else None
+    stt_settings = voice.stt if voice else None
+    tts_settings = voice.tts if voice else None
+    _, stt_config = await _config(
+        session, settings, context, stt_settings.provider if stt_settings else None, "stt"
+    )
+    _, tts_config = await _config(
+        session, settings, context, tts_settings.provider if tts_settings else None, "tts"
+    )
+    stt = build_stt(settings, _with_flow_settings(stt_config, stt_settings))
+    tts = build_tts(settings, _with_flow_settings(tts_config, tts_settings))
+    tts_voice = tts_settings.voice if tts_settings else None
     return SpeechEngines(stt, tts, tts_voice)

@@ -11,6 +11,7 @@ from parley.auth.dependencies import OrgWriter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import PayloadTooLarge, documented
+from parley.voice import capabilities as _capabilities  # noqa: F401  (hands flow validation its engine checks)
 from parley.voice import checks as _checks  # noqa: F401  (registers the offline engines' provider checks)
 from parley.voice import registry, service
 from parley.voice.schemas import SttOut, TtsIn

@@ -37,6 +37,7 @@ from parley.sessions import locks, service
 from parley.sessions.registry import ControlMessage, registry_for
 from parley.sessions.service import SessionEnded
 from parley.voice import registry
+from parley.voice.engines import lexicon
 from parley.voice.engines.base import SttEngine, TtsEngine, Vad
 from parley.voice.engines.espeak import EspeakTts
 from parley.voice.engines.vad import WebRtcVad
@@ -50,9 +51,9 @@ log = structlog.get_logger("parley.voice.call")
 SAMPLE_RATE = 16000  # the pipeline's rate, whatever the transport's
 FRAME_MS = 20
 FRAME_BYTES = SAMPLE_RATE * FRAME_MS // 1000 * 2
+DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 MAX_INPUT_FRAMES = 250  # 5 s of caller audio waiting for the pipeline; older frames go first
 PLAYOUT_LEAD_S = 0.2  # agent audio is sent at most this far ahead of real time
-DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -89,14 +90,15 @@ class Refused(Exception):
 
 
 def phrases_for(definition: FlowDefinition, node_id: str | None, language: str | None) -> list[str] | None:
-    """The words a collect node expects (digits, yes/no, its choices); None for free answers."""
+    """The words a collect node expects (number words, yes/no, its choices) in the call's language."""
     node = next((n for n in definition.nodes if n.id == node_id), None)
-    if not isinstance(node, CollectNode) or not (language or "en").startswith("en"):
+    if not isinstance(node, CollectNode) or not lexicon.has_lexicon(language):
         return None
+    english = lexicon.base_language(language) == "en"
     if node.kind in ("digits", "number"):
-        return list(DIGITS)
+        return list(DIGITS) if english else lexicon.number_words(language)
     if node.kind == "yes_no":
-        return ["yes", "no", "yeah", "nope"]
+        return ["yes", "no", "yeah", "nope"] if english else lexicon.yes_no_words(language)
     if node.kind == "choice" and node.choices:
         return [word for choice in node.choices for word in choice.lower().split()]
     return None

@@ -4,18 +4,28 @@ Audio is resampled to 16 kHz, gated by the VAD (so silence costs no decoding) an
 thread: partial hypotheses while someone speaks, a final transcript with word timings at the end of
 each utterance (after the VAD's hangover) and when the stream finishes.
 
-Only US English ships with the package. Other languages need a model on disk:
+Only a US English model ships with the package. German is heard through it with a grammar: German
+words transcribed to the model's phones (:mod:`parley.voice.engines.lexicon`), so a German decoder
+knows numbers, ja/nein and a few answer words, nothing else. Numbers and yes/no in English use the
+same kind of small-lexicon decoder (tens of milliseconds to load); free English speech uses the full
+dictionary and language model. Other languages need a model on disk:
 ``<data_dir>/models/pocketsphinx/<language>/`` with the acoustic model in ``hmm/``, a pronunciation
-dictionary ``*.dict`` and a language model ``*.lm.bin`` or ``*.lm`` (for example CMU Sphinx's German
-model). Without one, the language is refused with a sentence saying so.
+dictionary ``*.dict`` and a language model ``*.lm.bin`` or ``*.lm``. Without one, the language is
+refused with a sentence saying what the engine can serve.
+
+Creating a decoder holds the GIL (0.2 s for the full model on an idle machine, seconds under load), so
+:func:`warm_pool` fills the pool at start-up, off the event loop, and finished streams hand their
+decoders back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib.util
 import re
+import tempfile
 import threading
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.voice.audio import Resampler
+from parley.voice.engines import lexicon
 from parley.voice.engines.base import (
     EngineUnavailable,
     LanguageUnavailable,
@@ -76,33 +87,106 @@ def find_model(models_dir: Path | None, language: str) -> ModelFiles | None:
     return None
 
 
+@dataclass(frozen=True)
+class Lexicon:
+    """A decoder of the bundled acoustic model with one of our small lexicons and no language model."""
+
+    language: str  # "de" or "en"
+
+
+# What a pooled decoder was built from: a model on disk, a small lexicon, or (None) the bundled
+# US English model with its full dictionary and language model.
+DecoderKind = ModelFiles | Lexicon | None
+
+_DICT_FILES: dict[str, str] = {}
+POOL_KEEP = 4  # decoders kept per kind once streams hand them back
+
+
+def _dictionary_file(language: str) -> str:
+    path = _DICT_FILES.get(language)
+    if path is None:
+        with tempfile.NamedTemporaryFile("w", suffix=f"-{language}.dict", delete=False) as handle:
+            handle.write(lexicon.dictionary_text(language))
+        path = _DICT_FILES[language] = handle.name
+    return path
+
+
 class _DecoderPool:
-    """Decoders take a quarter of a second to load; finished streams hand theirs back."""
+    """Decoders are slow to load and hold the GIL meanwhile: warmed at start-up, handed back after use."""
 
     def __init__(self) -> None:
-        self._free: dict[ModelFiles | None, list[Any]] = {}
+        self._free: dict[DecoderKind, list[Any]] = {}
         self._lock = threading.Lock()
+        self.created = 0  # decoders built (the tests see whether a stream had to build one)
 
-    def take(self, model: ModelFiles | None) -> Any:
+    def take(self, kind: DecoderKind) -> Any:
         with self._lock:
-            free = self._free.get(model)
+            free = self._free.get(kind)
             if free:
                 return free.pop()
+        return self.build(kind)
+
+    def build(self, kind: DecoderKind) -> Any:
         import pocketsphinx  # type: ignore[import-untyped]
 
         options: dict[str, Any] = {"samprate": RATE, "loglevel": "FATAL"}
-        if model is not None:
-            options.update(hmm=model.hmm, dict=model.dict, lm=model.lm)
-        return pocketsphinx.Decoder(**options)
+        if isinstance(kind, ModelFiles):
+            options.update(hmm=kind.hmm, dict=kind.dict, lm=kind.lm)
+        elif isinstance(kind, Lexicon):
+            options.update(lm=None, dict=_dictionary_file(kind.language))
+        decoder = pocketsphinx.Decoder(**options)
+        self.created += 1
+        return decoder
 
-    def give(self, model: ModelFiles | None, decoder: Any) -> None:
+    def give(self, kind: DecoderKind, decoder: Any) -> None:
         with self._lock:
-            free = self._free.setdefault(model, [])
-            if len(free) < 4:
+            free = self._free.setdefault(kind, [])
+            if len(free) < POOL_KEEP:
                 free.append(decoder)
+
+    def free(self, kind: DecoderKind) -> int:
+        with self._lock:
+            return len(self._free.get(kind, ()))
 
 
 _POOL = _DecoderPool()
+
+# What a server warms at start-up: the kinds the offline default serves, two of each.
+WARM_KINDS: tuple[DecoderKind, ...] = (None, Lexicon("de"))
+
+
+def warm_pool(count: int = 2, kinds: Sequence[DecoderKind] = WARM_KINDS) -> int:
+    """Fill the pool up to ``count`` free decoders per kind (blocking: run it off the event loop)."""
+    if not sphinx_installed():
+        return 0
+    built = 0
+    for kind in kinds:
+        while _POOL.free(kind) < count:
+            decoder = _POOL.build(kind)
+            if isinstance(kind, Lexicon):  # the grammars every call of that language uses
+                for grammar in (lexicon.number_grammar(kind.language), lexicon.yes_no_grammar(kind.language)):
+                    use_grammar(decoder, grammar)
+            _POOL.give(kind, decoder)
+            built += 1
+    return built
+
+
+def pool() -> _DecoderPool:
+    return _POOL
+
+
+def use_grammar(decoder: Any, grammar: str) -> None:
+    """Activate ``grammar`` on the decoder, compiling it only the first time this decoder sees it.
+
+    Compiling a JSGF grammar holds the GIL for tens of milliseconds, so each decoder keeps the
+    grammars it has compiled as named searches, and :func:`warm_pool` compiles the common ones.
+    """
+    name = "g" + hashlib.sha256(grammar.encode()).hexdigest()[:16]
+    try:
+        decoder.activate_search(name)
+    except KeyError:
+        decoder.add_jsgf_string(name, grammar)
+        decoder.activate_search(name)
 
 
 def _word(segment_word: str) -> str:
@@ -112,8 +196,9 @@ def _word(segment_word: str) -> str:
 class _Decoding:
     """Runs on a worker thread: VAD gating, utterances, hypotheses. Never touched concurrently."""
 
-    def __init__(self, decoder: Any, use_vad: bool) -> None:
+    def __init__(self, decoder: Any, use_vad: bool, spell: bool = False) -> None:
         self.decoder = decoder
+        self.spell = spell  # lexicon words are ASCII ("fuenf"): show them as spelled ("fünf")
         self.segmenter = (
             SpeechSegmenter(WebRtcVad(RATE, 2), frame_ms=FRAME_MS, frame_bytes=FRAME_BYTES)
             if use_vad
@@ -140,6 +225,8 @@ class _Decoding:
         self.last_partial_ms = self._now_ms()
         hyp = self.decoder.hyp()
         text = hyp.hypstr.strip() if hyp is not None else ""
+        if self.spell:
+            text = " ".join(lexicon.display(w) for w in text.split())
         if not text or text == self.last_partial:
             return None
         self.last_partial = text
@@ -157,7 +244,7 @@ class _Decoding:
                 continue
             words.append(
                 Word(
-                    _word(seg.word),
+                    lexicon.display(_word(seg.word)) if self.spell else _word(seg.word),
                     start + seg.start_frame * 1000 // FRAMES_PER_SECOND,
                     start + (seg.end_frame + 1) * 1000 // FRAMES_PER_SECOND,
                     round(float(seg.prob), 3),
@@ -223,7 +310,7 @@ class SphinxStream(SttStream):
     def __init__(
         self,
         decoder: Any,
-        model: ModelFiles | None,
+        model: DecoderKind,
         sample_rate: int,
         grammar: str | None,
         use_vad: bool,
@@ -232,9 +319,8 @@ class SphinxStream(SttStream):
         self._decoder = decoder
         self._grammar = grammar
         if grammar is not None:
-            decoder.add_jsgf_string("hints", grammar)
-            decoder.activate_search("hints")
-        self._decoding = _Decoding(decoder, use_vad)
+            use_grammar(decoder, grammar)
+        self._decoding = _Decoding(decoder, use_vad, spell=isinstance(model, Lexicon))
         self._resampler = Resampler(sample_rate, RATE)
         self._audio: list[bytes] = []
         self._wake = asyncio.Event()
@@ -287,9 +373,8 @@ class SphinxStream(SttStream):
         try:
             if self._decoding.utt_start_ms is not None:
                 decoder.end_utt()
-            if self._grammar is not None:
-                decoder.activate_search("_default")
-                decoder.remove_search("hints")
+            if self._grammar is not None and not isinstance(self._model, Lexicon):
+                decoder.activate_search("_default")  # the grammar stays compiled for the next stream
         except RuntimeError:  # a decoder in a bad state is not reused
             return
         _POOL.give(self._model, decoder)
@@ -322,16 +407,22 @@ class PocketsphinxStt(SttEngine):
         self.use_vad = use_vad and vad_installed()
 
     def _model(self, language: str) -> ModelFiles | None:
-        if language == BUNDLED:
-            return find_model(self.models_dir, language)
         model = find_model(self.models_dir, language)
-        if model is None:
-            raise LanguageUnavailable(
-                f"PocketSphinx on this server has no model for {language!r}: only US English (en-us) is "
-                f"bundled. Put a model in <data dir>/models/pocketsphinx/{language}/ (hmm/, *.dict, "
-                "*.lm.bin) or configure a vendor speech-to-text provider."
-            )
+        if model is None and language != BUNDLED and lexicon.base_language(language) not in lexicon.LEXICONS:
+            raise LanguageUnavailable(unavailable_sentence(language, self.models_dir))
         return model
+
+    def kind_for(self, language: str, phrases: Sequence[str] | None) -> tuple[DecoderKind, str | None]:
+        """The decoder kind and grammar for a stream (public for tests and the benchmark)."""
+        model = self._model(language)
+        if model is not None:
+            return model, None  # a grammar needs the decoder's dictionary: made in open_stream
+        base = lexicon.base_language(language)
+        if base == "en":
+            # English keeps the full dictionary, with a loop over the node's words when it has any:
+            # the structured English number grammar measured no better on digit strings
+            return None, None
+        return Lexicon(base), lexicon.grammar_for(phrases, base)
 
     @staticmethod
     def grammar(decoder: Any, phrases: Sequence[str]) -> str | None:
@@ -352,8 +443,43 @@ class PocketsphinxStt(SttEngine):
                 "PocketSphinx is not installed on this server; install it with 'pip install pocketsphinx'."
             )
         chosen = normalise_language(language or self.language)
-        model = self._model(chosen)
+        kind, grammar = self.kind_for(chosen, phrases)
         loop = asyncio.get_running_loop()
-        decoder = await loop.run_in_executor(_EXECUTOR, _POOL.take, model)
-        grammar = self.grammar(decoder, phrases) if phrases else None
-        return SphinxStream(decoder, model, sample_rate, grammar, self.use_vad)
+        decoder = await loop.run_in_executor(_EXECUTOR, _POOL.take, kind)
+        if grammar is None and phrases:
+            grammar = self.grammar(decoder, phrases)
+        return SphinxStream(decoder, kind, sample_rate, grammar, self.use_vad)
+
+
+def languages(models_dir: Path | None) -> list[str]:
+    """What PocketSphinx can hear on this server: the bundled model, German by grammar, models on disk."""
+    served = ["en", "de"]
+    if models_dir is not None and (models_dir / "pocketsphinx").is_dir():
+        served += sorted(
+            p.name for p in (models_dir / "pocketsphinx").iterdir() if find_model(models_dir, p.name)
+        )
+    return list(dict.fromkeys(served))
+
+
+def serves(language: str, models_dir: Path | None) -> bool:
+    chosen = normalise_language(language)
+    return (
+        chosen == BUNDLED
+        or lexicon.base_language(chosen) in lexicon.LEXICONS
+        or (find_model(models_dir, chosen) is not None)
+    )
+
+
+def unavailable_sentence(language: str, models_dir: Path | None) -> str:
+    return (
+        f"PocketSphinx on this server cannot hear {language!r}: it serves US English (en, en-US: free "
+        "speech), German (de, de-DE: numbers, ja/nein and choices of known words, through a grammar on the "
+        "bundled model)"
+        + (
+            f" and the models on disk ({', '.join(languages(models_dir)[2:])})"
+            if languages(models_dir)[2:]
+            else ""
+        )
+        + f". Put a model in <data dir>/models/pocketsphinx/{language}/ (hmm/, *.dict, *.lm.bin) or "
+        "configure a vendor speech-to-text provider."
+    )
