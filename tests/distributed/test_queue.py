@@ -19,10 +19,9 @@ from parley.kit.jobs import (
     JobRegistry,
     JobRunner,
     Payload,
-    queue_from_settings,
     update_queue_gauges,
 )
-from parley.kit.queue import QueueWorker, RedisJobQueue
+from parley.kit.queue import QueueWorker, RedisJobQueue, queue_from_settings
 from tests.distributed.redis_env import REDIS_URL, keys_of
 
 

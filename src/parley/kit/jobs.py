@@ -309,15 +309,6 @@ def runner_for(state: State) -> JobQueue:
     return runner
 
 
-def queue_from_settings(context: JobContext, settings: Any) -> JobQueue:
-    """The Redis queue in distributed mode (``PARLEY_REDIS_URL``), else the in-process runner."""
-    if settings.redis_url:
-        from parley.kit.queue import RedisJobQueue
-
-        return RedisJobQueue(context, settings)
-    return JobRunner(context)
-
-
 async def update_queue_gauges(queue: JobQueue) -> None:
     """Set the queue depth and oldest-job-age gauges from ``queue`` (errors leave them unchanged)."""
     try:
