@@ -14,7 +14,7 @@ import importlib
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -30,6 +30,7 @@ from parley.kit.metrics import observe_tool_call
 from parley.kit.outbound import OutboundPolicy, explain, guarded_client, outbound_policy, read_limited
 from parley.kit.schemas import E164_PATTERN
 from parley.kit.templates import TemplateRenderError, render_template
+from parley.kit.toolcalls import ToolResult
 from parley.tools.models import Tool
 from parley.tools.schemas import (
     CONFIG_MODELS,
@@ -40,20 +41,6 @@ from parley.tools.schemas import (
 )
 
 MAX_RESPONSE_BYTES = 1024 * 1024
-
-Status = Literal["ok", "error", "timeout"]
-
-
-@dataclass
-class ToolResult:
-    status: Status
-    latency_ms: float = 0.0
-    http_status: int | None = None
-    result: Any = None
-    error: str | None = None
-    # ``transfer`` and ``end_session`` act on the live conversation, which only the runtime holds:
-    # they answer the action to take, and the runtime takes it (parley.runtime.engine).
-    action: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
