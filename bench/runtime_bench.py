@@ -97,7 +97,9 @@ class ConnectorTools:
             f"{self.url}/api/orders/{arguments['order_id']}", headers={"X-API-Key": self.key}
         )
         latency = (time.perf_counter() - started) * 1000
-        return ToolOutcome("tool_bench", ref, "ok", latency, response.status_code, response.json())
+        return ToolOutcome(
+            "ok", latency, response.status_code, response.json(), tool_id="tool_bench", tool_name=ref
+        )
 
     async def describe(self, refs: list[str]) -> list[ToolSpec]:
         return []

@@ -35,10 +35,12 @@ from parley.integrations.tasks import TokenRefresher
 from parley.kit.blobs import blob_store_from_settings
 from parley.kit.db import Database
 from parley.kit.errors import install_error_handlers
-from parley.kit.jobs import JobContext, JobRunner, queue_from_settings
+from parley.kit.jobs import JobContext, JobRunner
 from parley.kit.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of
 from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
+from parley.kit.outbound import outbound_policy
+from parley.kit.queue import queue_from_settings
 from parley.kit.ratelimit import limiter_from_settings
 from parley.kit.responses import JSONBytesResponse
 from parley.kit.tracing import install_tracing, instrument_engine, shutdown_tracing
@@ -176,6 +178,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         generate_unique_id_function=_operation_id,
     )
     app.state.settings = settings
+    outbound_policy(settings)  # the one outbound (SSRF) policy, built here; every client shares it
     app.state.token_verifier = TokenVerifier(settings)
     app.state.rate_limiter = limiter_from_settings(settings)
     app.state.known_users = KnownUsers()

@@ -11,6 +11,7 @@ import importlib
 
 from parley.config import Settings
 from parley.kit.jobs import JobRegistry, registry
+from parley.kit.outbound import outbound_policy
 
 TASK_MODULES: tuple[str, ...] = (
     "parley.channels.tasks",  # WhatsApp: answer an inbound message, send pending replies
@@ -34,4 +35,5 @@ async def run(settings: Settings, *, concurrency: int, grace: int) -> None:
     from parley.kit.queue import run_worker
 
     load_tasks()
+    outbound_policy(settings)  # the one outbound (SSRF) policy, built at start-up as in the app factory
     await run_worker(settings, concurrency=concurrency, grace=grace)

@@ -19,10 +19,9 @@ from parley.kit.jobs import (
     JobRegistry,
     JobRunner,
     Payload,
-    queue_from_settings,
     update_queue_gauges,
 )
-from parley.kit.queue import QueueWorker, RedisJobQueue
+from parley.kit.queue import QueueWorker, RedisJobQueue, queue_from_settings
 from tests.distributed.redis_env import REDIS_URL, keys_of
 
 
@@ -217,19 +216,11 @@ async def test_recovered_work_is_queued_once(tmp_path: Path, redis_prefix: str) 
 
     recorder.jobs.register("test.recovered", recorder.record, recover=unfinished)
 
-    class FakeDb:
-        def sessionmaker(self) -> Any:
-            class Nothing:
-                async def __aenter__(self) -> None:
-                    return None
-
-                async def __aexit__(self, *args: object) -> None:
-                    return None
-
-            return Nothing()
-
-    context = JobContext(db=cast(Database, FakeDb()), state=State())
+    # The recovery query reads through the unit of work: a real (empty) database, as at start-up.
+    database = Database.from_settings(settings)
+    context = JobContext(db=database, state=State())
     first, second = (RedisJobQueue(context, settings, jobs=recorder.jobs) for _ in range(2))
+    context.state.jobs = first  # as the app's lifespan sets it
     try:
         assert await first.recover() == 1
         assert await second.recover() == 0  # another process's pass: already queued
@@ -237,6 +228,7 @@ async def test_recovered_work_is_queued_once(tmp_path: Path, redis_prefix: str) 
     finally:
         await first.stop()
         await second.stop()
+        await database.dispose()
 
 
 def test_the_queue_follows_the_settings(tmp_path: Path, redis_prefix: str) -> None:

@@ -11,7 +11,14 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse
 from starlette.routing import Route
 
-from parley.kit.outbound import BlockedDestination, OutboundPolicy, explain, guarded_client, read_limited
+from parley.kit.outbound import (
+    BlockedDestination,
+    OutboundPolicy,
+    explain,
+    guarded_client,
+    outbound_policy,
+    read_limited,
+)
 from tests.live import serve_in_thread
 
 
@@ -120,3 +127,25 @@ def test_embedded_public_ipv4_is_judged_by_that_address() -> None:
     assert policy.address_allowed("x", ipaddress.ip_address("2002:808:808::1"))  # 6to4 of 8.8.8.8
     assert not policy.address_allowed("x", ipaddress.ip_address("64:ff9b::7f00:1"))
     assert policy.address_allowed("x", ipaddress.ip_address("2606:4700:4700::1111"))
+
+
+async def test_the_process_policy_is_built_once_and_the_connector_is_added_on_top(
+    internal_server: str,
+) -> None:
+    from parley.config import Settings
+
+    settings = Settings(outbound_allowlist=["10.0.0.0/8", "intranet.example"])
+    policy = outbound_policy(settings)
+    # Every client reaches the same policy, built at start-up; a new allowlist gets its own.
+    assert outbound_policy(settings) is policy
+    assert outbound_policy(Settings(outbound_allowlist=["10.0.0.0/8", "intranet.example"])) is policy
+    assert outbound_policy(Settings(outbound_allowlist=[])) is not policy
+    # Loopback stays refused by the shared policy; allowing() trusts one more host for one client only.
+    with pytest.raises(BlockedDestination):
+        async with guarded_client(policy, timeout=2) as client:
+            await client.get(internal_server)
+    trusted = policy.allowing("127.0.0.1")
+    async with guarded_client(trusted, timeout=2) as client:
+        assert (await client.get(internal_server)).text == "internal secret"
+    assert "intranet.example" in trusted.allowed_hosts
+    assert "127.0.0.1" not in str(outbound_policy(settings).allowed_networks)

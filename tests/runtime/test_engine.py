@@ -23,7 +23,9 @@ from parley.runtime.state import ConversationState
 class Tools:
     def __init__(self, outcome: ToolOutcome | None = None) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.outcome = outcome or ToolOutcome("tool_1", "lookup", "ok", result={"success": True, "n": 1})
+        self.outcome = outcome or ToolOutcome(
+            "ok", result={"success": True, "n": 1}, tool_id="tool_1", tool_name="lookup"
+        )
 
     async def call(self, ref: str, arguments: dict[str, Any]) -> ToolOutcome:
         self.calls.append((ref, arguments))
@@ -195,7 +197,7 @@ async def test_collect_reprompts_then_fails_over(kind: str, answer: str, extra: 
 
 
 async def test_tool_errors_follow_on_error_with_the_configured_fallback() -> None:
-    tools = Tools(ToolOutcome("tool_1", "lookup", "error", error="boom"))
+    tools = Tools(ToolOutcome("error", error="boom", tool_id="tool_1", tool_name="lookup"))
     engine = FlowEngine(
         flow(
             {

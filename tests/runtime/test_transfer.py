@@ -93,9 +93,9 @@ async def test_an_answered_dial_ends_the_conversation_as_transferred() -> None:
 async def test_the_end_session_tool_ends_the_conversation() -> None:
     tools = Tools(
         ToolOutcome(
-            "tool_1",
-            "hang_up",
             "ok",
+            tool_id="tool_1",
+            tool_name="hang_up",
             result={"action": "end_session", "performed": False},
             action={"action": "end_session", "message": "Bye {{ q }}.", "reason": "done"},
         )
@@ -119,9 +119,9 @@ async def test_the_end_session_tool_ends_the_conversation() -> None:
 async def test_the_model_transfers_with_the_transfer_tool_and_waits() -> None:
     tools = Tools(
         ToolOutcome(
-            "tool_2",
-            "to_human",
             "ok",
+            tool_id="tool_2",
+            tool_name="to_human",
             action={"action": "transfer", "to": "+4930999999", "message": "One moment."},
         )
     )
@@ -147,7 +147,11 @@ async def test_the_model_transfers_with_the_transfer_tool_and_waits() -> None:
 
 
 async def test_a_transfer_tool_without_a_line_is_a_tool_error_with_a_spoken_line() -> None:
-    tools = Tools(ToolOutcome("tool_2", "to_human", "ok", action={"action": "transfer", "to": "+4930999999"}))
+    tools = Tools(
+        ToolOutcome(
+            "ok", action={"action": "transfer", "to": "+4930999999"}, tool_id="tool_2", tool_name="to_human"
+        )
+    )
     engine = FlowEngine(
         flow(
             {**ASK, "next": "move"},

@@ -27,6 +27,7 @@ from parley.channels.schemas import (
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import BadRequest, documented
+from parley.kit.jobs import runner_for
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
 
@@ -305,6 +306,5 @@ async def receive_whatsapp_webhook(
     """Inbound messages: checked, stored once per wamid and answered in the background (always 200
     for numbers Parley does not know, since Meta retries anything else)."""
     raw = await request.body()
-    return await whatsapp.receive(
-        session, request.app.state.settings, request.app.state, raw, x_hub_signature_256
-    )
+    jobs = runner_for(request.app.state)
+    return await whatsapp.receive(session, request.app.state.settings, jobs, raw, x_hub_signature_256)

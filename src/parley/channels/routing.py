@@ -14,8 +14,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.channels.models import ChannelRoute
-from parley.channels.schemas import WEEKDAYS, ChannelKind, minutes, normalize_phone
+from parley.channels.schemas import WEEKDAYS, ChannelKind, minutes
 from parley.flows.models import Flow
+from parley.kit.schemas import normalize_phone
 
 
 def is_open(office_hours: dict[str, Any] | None, at: datetime) -> bool:

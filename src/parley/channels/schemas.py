@@ -11,7 +11,7 @@ from zoneinfo import available_timezones
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from parley.kit.schemas import StrictModel
+from parley.kit.schemas import StrictModel, is_dialable, normalize_phone
 
 
 class ChannelKind(StrEnum):
@@ -21,13 +21,7 @@ class ChannelKind(StrEnum):
 
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-E164 = re.compile(r"^\+[1-9]\d{6,14}$")
 WIDGET_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-def normalize_phone(value: str) -> str:
-    """``+49 (176) 123-45`` → ``+4917612345``: the separators people write are dropped."""
-    return re.sub(r"[\s().-]", "", value)
 
 
 def minutes(clock: str) -> int:
@@ -81,7 +75,7 @@ class OfficeHours(StrictModel):
 def _check_address(kind: ChannelKind, address: str) -> str:
     if kind == ChannelKind.phone:
         number = normalize_phone(address)
-        if not E164.match(number):
+        if not is_dialable(number):
             raise ValueError("a phone route's address must be an E.164 number such as +4930123456")
         return number
     if kind == ChannelKind.whatsapp:

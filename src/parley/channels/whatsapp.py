@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.datastructures import State
 
 from parley.auth.identity import system_context
 from parley.auth.principal import OrgContext
@@ -36,8 +35,14 @@ from parley.kit.crypto import constant_time_equals, sha256_hex
 from parley.kit.db import utcnow
 from parley.kit.errors import BadRequest, Forbidden, ParleyError
 from parley.kit.ids import new_id
-from parley.kit.jobs import JobContext, enqueue_after_commit
-from parley.kit.outbound import BlockedDestination, OutboundPolicy, explain, guarded_client, read_limited
+from parley.kit.jobs import JobContext, JobQueue, enqueue_after_commit
+from parley.kit.outbound import (
+    BlockedDestination,
+    explain,
+    guarded_client,
+    outbound_policy,
+    read_limited,
+)
 from parley.sessions import service as sessions
 from parley.sessions.models import ConversationSession
 from parley.sessions.schemas import MAX_MESSAGE_CHARS, SessionCreate
@@ -132,7 +137,7 @@ def _parse(raw: bytes) -> WebhookPayload:
 
 
 async def receive(
-    session: AsyncSession, settings: Settings, state: State, raw: bytes, signature: str | None
+    session: AsyncSession, settings: Settings, jobs: JobQueue, raw: bytes, signature: str | None
 ) -> WebhookAck:
     """Check, store once and queue the messages of one webhook delivery; see the module doc."""
     if not signature or not signature.startswith("sha256="):
@@ -206,7 +211,7 @@ async def receive(
             duplicates += 1
             continue
         received += 1
-        enqueue_after_commit(session, state, INBOUND_JOB, {"message_id": row.id})
+        enqueue_after_commit(session, jobs, INBOUND_JOB, {"message_id": row.id})
     if received or duplicates:
         log.info("whatsapp_webhook_received", received=received, duplicates=duplicates)
     return WebhookAck(received=received, duplicates=duplicates, ignored=ignored)
@@ -431,7 +436,7 @@ async def deliver(context: JobContext, reply_to_id: str) -> int:
         phone_number_id = account.phone_number_id
     token = secrets.get("access_token")
     sent = 0
-    policy = OutboundPolicy.from_entries(settings.outbound_allowlist)
+    policy = outbound_policy(settings)
     async with guarded_client(policy, timeout=settings.outbound_timeout, max_redirects=0) as client:
         for message in outgoing:
             outcome = SendOutcome(

@@ -44,9 +44,9 @@ class MockedTools:
         if mock is None:
             return await self.inner.call(ref, arguments)
         return ToolOutcome(
-            None,
-            ref,
             mock.status,
+            tool_id=None,
+            tool_name=ref,
             http_status=mock.http_status,
             result=mock.result if mock.status == "ok" else None,
             error=None if mock.status == "ok" else (mock.error or f"mocked {mock.status}"),

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from parley.kit.schemas import E164_PATTERN, check_e164_target
+from parley.kit.schemas import E164Target as E164
 
 NodeId = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$", examples=["ask_order"])]
 VariableName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$", examples=["order_number"])]
 Template = Annotated[str, Field(max_length=4000, description="Jinja2 template rendered in a sandbox.")]
 Expression = Annotated[
     str, Field(min_length=1, max_length=1000, description="Expression over the flow's variables.")
-]
-E164 = Annotated[
-    str, Field(pattern=E164_PATTERN, examples=["+4930123456"]), BeforeValidator(check_e164_target)
 ]
 
 # Variables every session has, whether the flow declares them or not.

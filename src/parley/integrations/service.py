@@ -50,7 +50,7 @@ from parley.kit.crypto import constant_time_equals, mask, row_secrets, sha256_he
 from parley.kit.db import Database, unit_of_work, utcnow
 from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyError
 from parley.kit.ids import new_id
-from parley.kit.outbound import OutboundPolicy
+from parley.kit.outbound import outbound_policy
 from parley.kit.tenancy import get_owned, scoped
 
 log = structlog.get_logger("parley.integrations")
@@ -95,10 +95,6 @@ def _browser_cookie(settings: Settings, state_id: str, value: str) -> BrowserCoo
         path=urlsplit(callback_url(settings)).path or "/",
         secure=settings.base_url.startswith("https://"),
     )
-
-
-def _policy(settings: Settings) -> OutboundPolicy:
-    return OutboundPolicy.from_entries(settings.outbound_allowlist)
 
 
 # Path words of this API and the catalog's template cannot name a provider.
@@ -155,7 +151,7 @@ def _check_endpoint(settings: Settings, name: str, value: str) -> None:
         raise BadRequest(f"{name} has no host.")
     if url.scheme == "https":
         return
-    policy = _policy(settings)
+    policy = outbound_policy(settings)
     host = url.host.lower()
     try:
         address = ipaddress.ip_address(host)
@@ -527,7 +523,7 @@ async def complete_callback(
     try:
         assert params.code is not None
         tokens = await oauth.exchange_code(
-            _policy(settings),
+            outbound_policy(settings),
             settings.outbound_timeout,
             config,
             code=params.code,
@@ -688,7 +684,9 @@ async def disconnect(
         if token is None:
             reason = "The stored tokens no longer decrypt."
         else:
-            reason = await oauth.revoke(_policy(settings), settings.outbound_timeout, config, token, hint)
+            reason = await oauth.revoke(
+                outbound_policy(settings), settings.outbound_timeout, config, token, hint
+            )
     await session.delete(row)
     await session.flush()
     if reason is not None:
@@ -763,7 +761,9 @@ async def refresh_locked(
         raise Conflict(f"The client for {row.provider!r} was removed; configure it again to refresh tokens.")
     config = client_config(settings, client)
     try:
-        tokens = await oauth.refresh(_policy(settings), settings.outbound_timeout, config, refresh_token)
+        tokens = await oauth.refresh(
+            outbound_policy(settings), settings.outbound_timeout, config, refresh_token
+        )
     except oauth.OAuthProviderError as exc:
         if exc.error in FATAL_REFRESH_ERRORS:
             row.status = "refresh_failed"

@@ -290,12 +290,6 @@ async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
         yield reader
 
 
-def _jobs_of(request: Request) -> Any:
-    from parley.kit.jobs import runner_for  # the job runner builds on this module
-
-    return runner_for(request.app.state)
-
-
 class RequestUnit:
     """A request's unit of work: a reader for authentication and the handler's (writing) session.
 
@@ -309,8 +303,10 @@ class RequestUnit:
     def __init__(self, request: Request) -> None:
         self.database: Database = request.app.state.db
         self.write = request.method not in SAFE_METHODS
+        # The app sets its job queue beside its database (the lifespan, or create_app for a handed-in
+        # database); the job runner builds on this module, so it is read from the state, not built here.
         self.info: dict[str, Any] = {
-            "jobs": _jobs_of(request),
+            "jobs": request.app.state.jobs,
             "database": self.database,
             "request_unit": self,
         }

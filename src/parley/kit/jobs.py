@@ -309,15 +309,6 @@ def runner_for(state: State) -> JobQueue:
     return runner
 
 
-def queue_from_settings(context: JobContext, settings: Any) -> JobQueue:
-    """The Redis queue in distributed mode (``PARLEY_REDIS_URL``), else the in-process runner."""
-    if settings.redis_url:
-        from parley.kit.queue import RedisJobQueue
-
-        return RedisJobQueue(context, settings)
-    return JobRunner(context)
-
-
 async def update_queue_gauges(queue: JobQueue) -> None:
     """Set the queue depth and oldest-job-age gauges from ``queue`` (errors leave them unchanged)."""
     try:
@@ -329,9 +320,12 @@ async def update_queue_gauges(queue: JobQueue) -> None:
     QUEUE_OLDEST_AGE.set(oldest)
 
 
-def enqueue_after_commit(session: AsyncSession, state: State, name: str, payload: Payload) -> None:
-    """Queue the job once the request's transaction has committed (never for a rolled-back one)."""
-    runner = runner_for(state)
+def enqueue_after_commit(session: AsyncSession, jobs: JobQueue | State, name: str, payload: Payload) -> None:
+    """Queue the job once the request's transaction has committed (never for a rolled-back one).
+
+    ``jobs`` is the queue itself (what services are handed) or the app's state (HTTP glue).
+    """
+    runner = jobs if isinstance(jobs, JobQueue) else runner_for(jobs)
 
     async def enqueue() -> None:
         await runner.submit(name, payload)

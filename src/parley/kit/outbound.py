@@ -21,6 +21,7 @@ import anyio
 import httpcore
 import httpx
 
+from parley.config import Settings
 from parley.kit.errors import UpstreamError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -49,6 +50,13 @@ class OutboundPolicy:
                 hosts.add(entry.lower().rstrip("."))
         return cls(frozenset(hosts), tuple(networks))
 
+    def allowing(self, *entries: str) -> OutboundPolicy:
+        """This policy plus ``entries`` (host names or CIDRs), e.g. the operator's own connector."""
+        extra = OutboundPolicy.from_entries(entries)
+        return OutboundPolicy(
+            self.allowed_hosts | extra.allowed_hosts, self.allowed_networks + extra.allowed_networks
+        )
+
     def address_allowed(self, host: str, address: IPAddress) -> bool:
         if host.lower().rstrip(".") in self.allowed_hosts:
             return True
@@ -60,6 +68,21 @@ class OutboundPolicy:
                 # Translators and tunnels deliver to the IPv4 address inside; judge that one.
                 return all(_public(v4) for v4 in embedded)
         return _public(address)
+
+
+@functools.lru_cache(maxsize=8)
+def _built(entries: tuple[str, ...]) -> OutboundPolicy:
+    return OutboundPolicy.from_entries(entries)
+
+
+def outbound_policy(settings: Settings) -> OutboundPolicy:
+    """The process's one outbound policy for these settings (``PARLEY_OUTBOUND_ALLOWLIST``).
+
+    Built once, at start-up (the app factory and ``parley worker`` call this first), and shared by
+    every client after that. Services are handed settings, not the app's state (they stay free of
+    HTTP types), so the built policy is held here, keyed by the allowlist it was built from.
+    """
+    return _built(tuple(settings.outbound_allowlist))
 
 
 def _public(address: IPAddress) -> bool:

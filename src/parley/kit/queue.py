@@ -37,7 +37,16 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from parley.config import Settings
-from parley.kit.jobs import JobContext, JobQueue, JobRegistry, Payload, registry, run_job, update_queue_gauges
+from parley.kit.jobs import (
+    JobContext,
+    JobQueue,
+    JobRegistry,
+    JobRunner,
+    Payload,
+    registry,
+    run_job,
+    update_queue_gauges,
+)
 from parley.kit.redis import COMMAND_TIMEOUT, CONNECT_TIMEOUT, key
 
 log = structlog.get_logger("parley.jobs")
@@ -341,3 +350,10 @@ async def run_worker(settings: Settings, *, concurrency: int, grace: int) -> Non
     finally:
         await context.state.jobs.stop()
         await context.db.dispose()
+
+
+def queue_from_settings(context: JobContext, settings: Settings) -> JobQueue:
+    """The Redis queue in distributed mode (``PARLEY_REDIS_URL``), else the in-process runner."""
+    if settings.redis_url:
+        return RedisJobQueue(context, settings)
+    return JobRunner(context)

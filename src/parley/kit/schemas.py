@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 # How serious a brain signal is: the scale of a flow's signal node (parley.flows.definition.SignalNode),
 # of the built-in rules and of notification rules' minimum.
@@ -23,12 +23,28 @@ class DeletedOut(BaseModel):
     deleted: bool = True
 
 
-# Phone numbers as telephony and the calls API take them: spaces, dots, dashes and brackets are dropped.
+# The one place Parley says what a phone number is. Two readings, two functions:
+# - numbers people type (telephony, the calls API, channel routes) are normalised: the separators
+#   people write (spaces, dots, dashes, brackets) are dropped first;
+# - transfer targets (flows, the transfer tool) are dialled as written: nothing is dropped.
+_SEPARATORS = re.compile(r"[\s().-]")
 _E164 = re.compile(r"^\+[1-9][0-9]{1,14}$")
+# Transfer targets and channel routes: 7 to 15 digits (a short code cannot be dialled or routed).
+E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
+
+
+def normalize_phone(value: str) -> str:
+    """``+49 (176) 123-45`` → ``+4917612345``: the separators people write are dropped."""
+    return _SEPARATORS.sub("", value)
+
+
+def is_dialable(number: str) -> bool:
+    """A number in E.164 form with 7 to 15 digits, exactly as written."""
+    return re.fullmatch(E164_PATTERN, number) is not None
 
 
 def check_e164(value: str) -> str:
-    compact = re.sub(r"[\s().-]", "", value)
+    compact = normalize_phone(value)
     if not _E164.fullmatch(compact):
         raise ValueError(
             f"{value!r} is not a phone number in E.164 format: a '+', the country code and the number, "
@@ -42,15 +58,17 @@ E164 = Annotated[
 ]
 
 
-# Transfer targets are dialled as written: no characters are dropped, 7 to 15 digits.
-E164_PATTERN = r"^\+[1-9][0-9]{6,14}$"
-
-
 def check_e164_target(value: Any) -> Any:
     """A transfer target must be dialable as written: refused with a sentence a person understands."""
-    if isinstance(value, str) and not re.fullmatch(E164_PATTERN, value):
+    if isinstance(value, str) and not is_dialable(value):
         raise ValueError(
             f"{value[:40]!r} is not a phone number in E.164 form: a +, the country code and the number, "
             "digits only, at most 15 digits (e.g. +4930123456)"
         )
     return value
+
+
+# A transfer target as a field type (flows' transfer nodes, the transfer tool's settings).
+E164Target = Annotated[
+    str, Field(pattern=E164_PATTERN, examples=["+4930123456"]), BeforeValidator(check_e164_target)
+]

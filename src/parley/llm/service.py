@@ -14,7 +14,7 @@ from parley.config import Settings
 from parley.kit.db import short_read
 from parley.kit.errors import ParleyError
 from parley.kit.ids import new_id
-from parley.kit.outbound import OutboundPolicy, guarded_client
+from parley.kit.outbound import guarded_client, outbound_policy
 from parley.llm.client import Completion, OpenAICompatibleClient, StreamEvent, ToolCall, Usage
 from parley.llm.models import LLMUsage
 from parley.llm.schemas import (
@@ -71,9 +71,7 @@ def _payload(data: ChatRequest, model: str) -> dict[str, Any]:
 
 
 def client_for(settings: Settings, provider: ResolvedProvider) -> tuple[OpenAICompatibleClient, Any]:
-    http = guarded_client(
-        OutboundPolicy.from_entries(settings.outbound_allowlist), timeout=settings.llm_timeout
-    )
+    http = guarded_client(outbound_policy(settings), timeout=settings.llm_timeout)
     client = OpenAICompatibleClient(
         http, base_url=provider.base_url, api_key=provider.api_key, timeout=settings.llm_timeout
     )

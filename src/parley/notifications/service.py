@@ -22,7 +22,7 @@ from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
-from parley.kit.outbound import OutboundPolicy
+from parley.kit.outbound import outbound_policy
 from parley.kit.tenancy import get_owned, scoped
 from parley.notifications import senders
 from parley.notifications.destinations import DestinationRefused, check_host, check_url
@@ -59,10 +59,6 @@ def _invalid(field: str, message: str, kind: str = "value_error") -> InvalidFiel
     return InvalidFields([{"type": kind, "loc": ("body", field), "msg": message, "input": None}])
 
 
-def policy_of(settings: Settings) -> OutboundPolicy:
-    return OutboundPolicy.from_entries(settings.outbound_allowlist)
-
-
 # --- channels ----------------------------------------------------------------------------------
 
 
@@ -88,7 +84,7 @@ def slack_host_allowed(settings: Settings, url: str) -> bool:
         return False
     # Plain http only where the operator allow-listed the host for outbound calls (local receivers).
     if parts.scheme != "https":
-        policy = policy_of(settings)
+        policy = outbound_policy(settings)
         return host in policy.allowed_hosts or any(
             _is_address_in(host, network) for network in policy.allowed_networks
         )
@@ -108,7 +104,7 @@ async def _check_destinations(
     settings: Settings, channel_type: str, values: dict[str, Any], changed: set[str]
 ) -> None:
     """The SSRF guard at save time, for the fields that changed (422 naming the field)."""
-    policy = policy_of(settings)
+    policy = outbound_policy(settings)
     try:
         if channel_type == "webhook" and "url" in changed:
             await check_url(policy, values["url"])
@@ -470,7 +466,7 @@ async def _send(
             "permanent", None, "The channel's settings cannot be read; save its secrets again."
         )
     rendered = render(delivery.payload, delivery.id, delivery.created_at, settings.base_url)
-    policy = policy_of(settings)
+    policy = outbound_policy(settings)
     timeout = settings.notification_timeout
     if isinstance(target, senders.WebhookTarget):
         return await senders.send_webhook(

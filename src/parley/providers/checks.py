@@ -24,7 +24,13 @@ import orjson
 
 from parley.config import Settings
 from parley.kit.errors import UpstreamError
-from parley.kit.outbound import BlockedDestination, OutboundPolicy, explain, guarded_client, read_limited
+from parley.kit.outbound import (
+    BlockedDestination,
+    explain,
+    guarded_client,
+    outbound_policy,
+    read_limited,
+)
 from parley.providers.catalog import (
     DeepgramConfig,
     ElevenLabsConfig,
@@ -53,10 +59,6 @@ class _Failed(Exception):
         self.detail = detail
 
 
-def _policy(settings: Settings) -> OutboundPolicy:
-    return OutboundPolicy.from_entries(settings.outbound_allowlist)
-
-
 def _timeout(settings: Settings) -> float:
     return min(settings.outbound_timeout, MAX_CHECK_SECONDS)
 
@@ -72,7 +74,7 @@ async def _call(
     json: Any = None,
 ) -> Any:
     """Make the call; answer the decoded JSON body of a 2xx response, else raise ``_Failed``."""
-    async with guarded_client(_policy(settings), timeout=_timeout(settings)) as client:
+    async with guarded_client(outbound_policy(settings), timeout=_timeout(settings)) as client:
         try:
             async with client.stream(method, url, headers=headers, auth=auth, json=json) as response:
                 body = await read_limited(response, MAX_RESPONSE_BYTES)
@@ -221,7 +223,7 @@ def _smtp_session(config: SMTPConfig, address: str, timeout: float) -> str:
 
 async def _check_smtp(settings: Settings, config: SMTPConfig) -> CheckResult:
     host = config.host.strip("[]")
-    policy = _policy(settings)
+    policy = outbound_policy(settings)
     try:
         infos = await anyio.getaddrinfo(host, config.port, type=socket.SOCK_STREAM)
     except OSError:

@@ -79,7 +79,10 @@ class PlatformTools:
         tool = await self._find(ref)
         if tool is None:
             return ToolOutcome(
-                None, ref, "error", error=f"The tool {ref!r} does not exist in this organization."
+                "error",
+                error=f"The tool {ref!r} does not exist in this organization.",
+                tool_id=None,
+                tool_name=ref,
             )
         try:
             # A tool that reads the database (knowledge search) does so in a short read of its own; an
@@ -89,29 +92,24 @@ class PlatformTools:
                     execute_tool(reader, self.settings, tool, arguments), TOOL_DEADLINE_SECONDS
                 )
         except InvalidArguments as exc:
-            return ToolOutcome(tool.id, tool.name, "error", error=f"Invalid arguments: {exc}")
+            return ToolOutcome(
+                "error", error=f"Invalid arguments: {exc}", tool_id=tool.id, tool_name=tool.name
+            )
         except TimeoutError:
-            return ToolOutcome(tool.id, tool.name, "timeout", error="The tool did not answer in time.")
+            return ToolOutcome(
+                "timeout", error="The tool did not answer in time.", tool_id=tool.id, tool_name=tool.name
+            )
         except (ValueError, TypeError, LookupError, jsonschema.SchemaError, SQLAlchemyError) as exc:
             # A stored configuration that no longer fits (or a failing query): the call fails, the
             # conversation goes on.
             log.warning("session_tool_failed", tool_id=tool.id, error_type=type(exc).__name__)
             return ToolOutcome(
-                tool.id,
-                tool.name,
                 "error",
                 error=f"The tool cannot run as configured ({type(exc).__name__}).",
+                tool_id=tool.id,
+                tool_name=tool.name,
             )
-        return ToolOutcome(
-            tool.id,
-            tool.name,
-            result.status,
-            latency_ms=result.latency_ms,
-            http_status=result.http_status,
-            result=result.result,
-            error=result.error,
-            action=result.action,
-        )
+        return ToolOutcome.of(result, tool_id=tool.id, tool_name=tool.name)
 
     async def describe(self, refs: list[str]) -> list[ToolSpec]:
         specs = []

@@ -645,18 +645,7 @@ class FlowEngine:
         turn.result.tool_ms += (time.perf_counter() - started) * 1000
         await self._act(outcome, node_id, failure_next, state, turn)
         state.tool_calls.append(
-            ToolCallRecord(
-                tool_id=outcome.tool_id,
-                tool_name=outcome.tool_name,
-                node_id=node_id,
-                arguments=arguments,
-                status=outcome.status,
-                http_status=outcome.http_status,
-                latency_ms=outcome.latency_ms,
-                result=outcome.result,
-                error=outcome.error,
-                at=_now(),
-            )
+            ToolCallRecord(**outcome.recorded(), node_id=node_id, arguments=arguments, at=_now())
         )
         turn.result.events.append(
             AgentEvent(

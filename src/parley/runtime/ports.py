@@ -11,19 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-
-@dataclass
-class ToolOutcome:
-    tool_id: str | None
-    tool_name: str
-    status: Literal["ok", "not_found", "error", "timeout"]
-    latency_ms: float = 0.0
-    http_status: int | None = None
-    result: Any = None
-    error: str | None = None
-    # A tool that acts on the conversation itself (``transfer``, ``end_session``) asks the engine to
-    # act: ``{"action": "transfer", "to", "message"}`` or ``{"action": "end_session", "message", "reason"}``.
-    action: dict[str, Any] | None = None
+from parley.kit.toolcalls import ToolOutcome as ToolOutcome  # the port answers the one tool-call shape
 
 
 @dataclass

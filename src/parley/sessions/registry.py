@@ -29,7 +29,6 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
-from starlette.datastructures import State
 
 from parley.config import Settings
 from parley.kit.db import after_commit
@@ -222,20 +221,10 @@ def registry_from_settings(settings: Settings) -> LiveRegistry:
     return LocalRegistry()
 
 
-def registry_for(state: State) -> LiveRegistry:
-    """The app's registry (``app.state.live_sessions``); a local one when the lifespan did not run."""
-    found: LiveRegistry | None = getattr(state, "live_sessions", None)
-    if found is None:
-        found = LocalRegistry()
-        state.live_sessions = found
-    return found
-
-
 def control_after_commit(
-    session: AsyncSession, state: State, session_id: str, message: ControlMessage
+    session: AsyncSession, registry: LiveRegistry, session_id: str, message: ControlMessage
 ) -> None:
     """Send ``message`` to the process holding the session's live stream once the change has committed."""
-    registry = registry_for(state)
 
     async def send() -> None:
         delivered = await registry.control(session_id, message)

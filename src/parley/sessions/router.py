@@ -21,6 +21,7 @@ from parley.kit.jobs import runner_for
 from parley.kit.sse import openapi_stream, sse, sse_response
 from parley.runtime.engine import TurnResult
 from parley.sessions import locks, service
+from parley.sessions.dependencies import registry_for
 from parley.sessions.models import ConversationSession
 from parley.sessions.registry import control_after_commit
 from parley.sessions.schemas import (
@@ -259,7 +260,7 @@ async def end_session(
     # A live audio stream of the session, in whichever process holds it, stops and ends.
     control_after_commit(
         session,
-        request.app.state,
+        registry_for(request.app.state),
         row.id,
         {"action": "end", "outcome": row.outcome, "reason": row.end_reason},
     )
@@ -286,7 +287,9 @@ async def create_session_voice(
     """
     row = await service.set_voiced(session, context.organization_id, session_id, data.voiced)
     describe(request, "session", row.id, voiced=data.voiced)
-    control_after_commit(session, request.app.state, row.id, {"action": "voice", "voiced": data.voiced})
+    control_after_commit(
+        session, registry_for(request.app.state), row.id, {"action": "voice", "voiced": data.voiced}
+    )
     return service.to_out(row)
 
 

@@ -31,7 +31,7 @@ from parley.kit.crypto import mask, row_secrets
 from parley.kit.db import before_commit, short_read, utcnow
 from parley.kit.errors import Conflict, Forbidden, NotFound, ParleyError, Unprocessable, UpstreamError
 from parley.kit.ids import new_id
-from parley.kit.outbound import OutboundPolicy
+from parley.kit.outbound import outbound_policy
 from parley.kit.schemas import check_e164
 from parley.kit.tenancy import get_owned, scoped
 from parley.providers.catalog import PROVIDERS, LiveKitConfig, TwilioConfig
@@ -91,10 +91,6 @@ def rule_pin(settings: Settings, row: DispatchRule) -> str | None:
 # --- providers -------------------------------------------------------------------------------------
 
 
-def policy(settings: Settings) -> OutboundPolicy:
-    return OutboundPolicy.from_entries(settings.outbound_allowlist)
-
-
 async def provider_config(
     session: AsyncSession, settings: Settings, organization_id: str, key: str
 ) -> Any | None:
@@ -114,14 +110,14 @@ async def livekit_for(session: AsyncSession, settings: Settings, organization_id
     config = await provider_config(session, settings, organization_id, "livekit")
     if not isinstance(config, LiveKitConfig):
         return None
-    return LiveKitSip(config, policy(settings), timeout=settings.outbound_timeout)
+    return LiveKitSip(config, outbound_policy(settings), timeout=settings.outbound_timeout)
 
 
 async def twilio_for(session: AsyncSession, settings: Settings, organization_id: str) -> TwilioClient | None:
     config = await provider_config(session, settings, organization_id, "twilio")
     if not isinstance(config, TwilioConfig):
         return None
-    return TwilioClient(config, policy(settings), timeout=settings.outbound_timeout)
+    return TwilioClient(config, outbound_policy(settings), timeout=settings.outbound_timeout)
 
 
 def upstream(exc: ProviderFailure, doing: str) -> UpstreamError:

@@ -14,7 +14,7 @@ import importlib
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -27,12 +27,13 @@ from parley.config import Settings
 from parley.kit.crypto import RowSecrets, SecretDecryptionError, row_secrets
 from parley.kit.errors import UpstreamError
 from parley.kit.metrics import observe_tool_call
-from parley.kit.outbound import OutboundPolicy, explain, guarded_client, read_limited
+from parley.kit.outbound import OutboundPolicy, explain, guarded_client, outbound_policy, read_limited
+from parley.kit.schemas import E164_PATTERN
 from parley.kit.templates import TemplateRenderError, render_template
+from parley.kit.toolcalls import ToolResult
 from parley.tools.models import Tool
 from parley.tools.schemas import (
     CONFIG_MODELS,
-    E164,
     HttpToolConfig,
     KnowledgeSearchConfig,
     OrderLookupConfig,
@@ -40,22 +41,6 @@ from parley.tools.schemas import (
 )
 
 MAX_RESPONSE_BYTES = 1024 * 1024
-
-# ``not_found``: the tool worked and answered that the thing asked about does not exist (the order
-# connector's 404). It is an answer a flow branches on, not a failure, but not ``ok`` either.
-Status = Literal["ok", "not_found", "error", "timeout"]
-
-
-@dataclass
-class ToolResult:
-    status: Status
-    latency_ms: float = 0.0
-    http_status: int | None = None
-    result: Any = None
-    error: str | None = None
-    # ``transfer`` and ``end_session`` act on the live conversation, which only the runtime holds:
-    # they answer the action to take, and the runtime takes it (parley.runtime.engine).
-    action: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +88,7 @@ BUILTIN_PARAMETERS: dict[str, dict[str, Any]] = {
     "transfer": {
         "type": "object",
         "properties": {
-            "phone_number": {"type": "string", "pattern": E164},
+            "phone_number": {"type": "string", "pattern": E164_PATTERN},
             "message": {"type": "string", "maxLength": 1000},
         },
         "additionalProperties": False,
@@ -271,7 +256,7 @@ async def _run_http(
 ) -> ToolResult:
     # Templates render in a worker thread (each within its budget), never on the event loop.
     url, request = await asyncio.to_thread(_render_request, settings, tool, config, arguments)
-    policy = OutboundPolicy.from_entries(settings.outbound_allowlist)
+    policy = outbound_policy(settings)
     result = await _call(policy, config.method, url, config.timeout_seconds, request)
     if config.response_mapping and result.status == "ok" and isinstance(result.result, dict | list):
         result.result = {name: extract(result.result, path) for name, path in config.response_mapping.items()}
@@ -357,10 +342,10 @@ async def _run_order_lookup(
     settings: Settings, tool: Tool, config: OrderLookupConfig, arguments: dict[str, Any]
 ) -> ToolResult:
     base = (config.connector_url or settings.connector_url).rstrip("/")
-    entries = list(settings.outbound_allowlist)
+    policy = outbound_policy(settings)
     if _origin(base) == _origin(settings.connector_url):
         # The operator's own connector is trusted even on a private address; nothing else is.
-        entries.append(_origin(settings.connector_url)[1])
+        policy = policy.allowing(_origin(settings.connector_url)[1])
     order_id = str(arguments["order_id"]).strip()
     # The connector counts failed keys per organization too, so one tenant cannot lock out the others.
     headers = {"Accept": "application/json", "X-Parley-Organization": tool.organization_id}
@@ -368,9 +353,7 @@ async def _run_order_lookup(
     if api_key:
         headers["X-API-Key"] = _header_value("X-API-Key", api_key)
     url = f"{base}/api/orders/{quote(order_id, safe='')}"
-    result = await _call(
-        OutboundPolicy.from_entries(entries), "GET", url, config.timeout_seconds, {"headers": headers}
-    )
+    result = await _call(policy, "GET", url, config.timeout_seconds, {"headers": headers})
     envelope = result.result
     if result.http_status == 404 and isinstance(envelope, dict) and "success" in envelope:
         # "No such order" is an answer the flow branches on, not a failure of the tool.

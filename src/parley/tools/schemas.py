@@ -7,14 +7,13 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from parley.kit.errors import InvalidFields
-from parley.kit.schemas import StrictModel, check_e164_target
+from parley.kit.schemas import E164Target, StrictModel
 from parley.kit.templates import template_check_scope, template_problems
 
 ToolType = Literal["http", "order_lookup", "knowledge_search", "end_session", "transfer"]
 ToolName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", examples=["order_lookup"])]
 SecretName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,63}$", examples=["api_key"])]
 SecretValue = Annotated[str, Field(min_length=1, max_length=4096)]
-E164 = r"^\+[1-9][0-9]{6,14}$"
 MAX_TIMEOUT_SECONDS = 30.0
 
 
@@ -123,10 +122,8 @@ class EndSessionConfig(StrictModel):
 
 
 class TransferConfig(StrictModel):
-    phone_number: str = Field(pattern=E164, examples=["+4930123456"])
+    phone_number: E164Target
     message: str = Field(default="", max_length=1000)
-
-    _e164 = field_validator("phone_number", mode="before")(check_e164_target)
 
 
 CONFIG_MODELS: dict[str, type[StrictModel]] = {

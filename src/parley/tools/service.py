@@ -18,9 +18,9 @@ from parley.kit.db import short_read, utcnow
 from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.ids import new_id
 from parley.kit.tenancy import get_owned, scoped
+from parley.kit.toolcalls import ToolResult
 from parley.tools.executor import (
     InvalidArguments,
-    ToolResult,
     execute_tool,
     parameters_of,
     tool_secrets,

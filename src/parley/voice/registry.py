@@ -15,7 +15,7 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.flows.definition import SpeechSettings, VoiceSettings
 from parley.kit.errors import BadRequest, Conflict
-from parley.kit.outbound import OutboundPolicy
+from parley.kit.outbound import outbound_policy
 from parley.providers import service as providers
 from parley.providers.catalog import (
     PROVIDERS,
@@ -90,10 +90,6 @@ async def _config(
         ) from exc
 
 
-def _policy(settings: Settings) -> OutboundPolicy:
-    return OutboundPolicy.from_entries(settings.outbound_allowlist)
-
-
 def _timeout(settings: Settings) -> float:
     return min(settings.outbound_timeout, VENDOR_TIMEOUT_CAP)
 
@@ -102,9 +98,9 @@ def build_stt(settings: Settings, config: ProviderSettings) -> SttEngine:
     if isinstance(config, PocketsphinxConfig):
         return PocketsphinxStt(config.language, settings.data_dir / "models")
     if isinstance(config, OpenAISTTConfig):
-        return OpenAIStt(config, _policy(settings), _timeout(settings))
+        return OpenAIStt(config, outbound_policy(settings), _timeout(settings))
     if isinstance(config, DeepgramConfig):
-        return DeepgramStt(config, _policy(settings), _timeout(settings))
+        return DeepgramStt(config, outbound_policy(settings), _timeout(settings))
     raise BadRequest("That provider does not do speech-to-text.")  # pragma: no cover - _spec checks
 
 
@@ -112,9 +108,9 @@ def build_tts(settings: Settings, config: ProviderSettings) -> TtsEngine:
     if isinstance(config, EspeakConfig):
         return EspeakTts(config.voice, config.speed)
     if isinstance(config, OpenAITTSConfig):
-        return OpenAITts(config, _policy(settings), _timeout(settings))
+        return OpenAITts(config, outbound_policy(settings), _timeout(settings))
     if isinstance(config, ElevenLabsConfig):
-        return ElevenLabsTts(config, _policy(settings), _timeout(settings))
+        return ElevenLabsTts(config, outbound_policy(settings), _timeout(settings))
     raise BadRequest("That provider does not do text-to-speech.")  # pragma: no cover - _spec checks
 
 

@@ -34,7 +34,8 @@ from parley.kit.lifecycle import lifecycle_of
 from parley.runtime.engine import TextSink
 from parley.runtime.state import ConversationState
 from parley.sessions import locks, service
-from parley.sessions.registry import ControlMessage, registry_for
+from parley.sessions.dependencies import registry_for
+from parley.sessions.registry import ControlMessage
 from parley.sessions.service import SessionEnded
 from parley.voice import registry
 from parley.voice.engines import lexicon
