@@ -24,6 +24,7 @@ from parley.brain.router import router as brain_router
 from parley.calls.router import router as calls_router
 from parley.channels.router import router as channels_router
 from parley.config import Settings, prepare_settings
+from parley.console.router import router as console_router
 from parley.datasets.router import router as datasets_router
 from parley.flows.router import router as flows_router
 from parley.integrations.router import router as integrations_router
@@ -102,6 +103,7 @@ ROUTERS = (
     twilio_media_router,
     integrations_router,
     playground_router,
+    console_router,
 )
 
 
