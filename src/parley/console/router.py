@@ -42,7 +42,8 @@ def _static(name: str) -> bytes:
 
 def _headers(request: Request) -> dict[str, str]:
     return {
-        "Content-Security-Policy": content_security_policy(request.headers.get("host")),
+        # recordings are fetched with the Authorization header and played from blob: URLs
+        "Content-Security-Policy": content_security_policy(request.headers.get("host")) + "; media-src blob:",
         "X-Content-Type-Options": "nosniff",
         "Referrer-Policy": "no-referrer",
         "X-Frame-Options": "DENY",

@@ -12,19 +12,18 @@ const OUTCOMES = ["completed", "transferred", "abandoned", "failed"];
 const CHANNELS = ["web", "phone", "whatsapp", "test"];
 
 // Flow names by id, per organization (the lists show names, the API gives ids).
-let flowNames = { org: null, names: new Map() };
+let flowNames = { org: null, names: null };
 export async function flowName(org, id) {
   if (!id) return "–";
-  if (flowNames.org !== org) {
-    flowNames = { org, names: new Map() };
-    try {
-      const page = await get("/api/flows", { limit: 200 });
-      for (const flow of page.items) flowNames.names.set(flow.id, flow.name);
-    } catch (error) { /* names are a convenience: ids are shown instead */ }
+  if (flowNames.org !== org || !flowNames.names) {
+    // one request per organization, shared by every row that asks at the same time
+    flowNames = { org, names: get("/api/flows", { limit: 200 })
+      .then((page) => new Map(page.items.map((flow) => [flow.id, flow.name])))
+      .catch(() => new Map()) };  // names are a convenience: ids are shown instead
   }
-  return flowNames.names.get(id) || id;
+  return (await flowNames.names).get(id) || id;
 }
-export function forgetFlowNames() { flowNames = { org: null, names: new Map() }; }
+export function forgetFlowNames() { flowNames = { org: null, names: null }; }
 
 function heading(text) {
   return h("h1", { id: "page-title", tabindex: "-1" }, text);
@@ -261,7 +260,7 @@ export async function callPage(view, ctx) {
       { label: t("metric.v2v"), class: "num" },
     ], call.turn_metrics.map((m) => h("tr", {}, cell(String(m.turn_index)), cell(fmtMs(m.stt_final_ms), "num"),
       cell(fmtMs(m.engine_ms), "num"), cell(fmtMs(m.tool_ms), "num"), cell(fmtMs(m.llm_first_token_ms), "num"),
-      cell(fmtMs(m.tts_first_byte_ms), "num"), cell(fmtMs(m.voice_to_voice_ms), "num")))), { class: "data compact" }));
+      cell(fmtMs(m.tts_first_byte_ms), "num"), cell(fmtMs(m.voice_to_voice_ms), "num"))), { class: "data compact" }));
   }
   right.append(latency);
 
