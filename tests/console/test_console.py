@@ -515,7 +515,9 @@ def test_the_german_interface(page: Any, platform: dict[str, Any], shots: Path) 
     assert not expected_problems(page), page.problems
 
 
-def test_the_keyboard_reaches_the_skip_link_and_the_navigation(page: Any, platform: dict[str, Any]) -> None:
+def test_the_keyboard_reaches_the_navigation_and_focus_moves_to_the_page(
+    page: Any, platform: dict[str, Any]
+) -> None:
     sign_in(page, platform)
     page.reload()  # the credential stays in the tab: the console signs in again by itself
     page.get_by_role("navigation").wait_for()
@@ -525,3 +527,5 @@ def test_the_keyboard_reaches_the_skip_link_and_the_navigation(page: Any, platfo
     page.keyboard.press("Enter")
     page.get_by_role("heading", name="Signals", level=1).wait_for()
     assert page.get_by_role("link", name="Signals").get_attribute("aria-current") == "page"
+    # focus moves to the new page's heading, so a screen reader starts there
+    page.wait_for_function("() => document.activeElement && document.activeElement.id === 'page-title'")

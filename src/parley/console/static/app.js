@@ -30,7 +30,7 @@ function parse() {
   return { name: name in ROUTES ? name : "", id, query: new URLSearchParams(search || "") };
 }
 
-async function render() {
+async function render(moveFocus) {
   if (!session.token) return;
   for (const cleanup of state.cleanups.splice(0)) cleanup();
   const route = parse();
@@ -54,8 +54,7 @@ async function render() {
   if (token !== state.route) return;
   const title = view.querySelector("h1");
   document.title = `${title ? title.textContent + " · " : ""}${t("app.name")}`;
-  if (state.focus && title) title.focus();
-  state.focus = true;
+  if (moveFocus && title) title.focus();  // after navigation, screen readers start at the new page
 }
 
 function showSignin(text) {
@@ -90,9 +89,8 @@ async function signIn() {
   ui.who.textContent = me.name || me.email || me.subject || (me.kind === "api_key" ? t("who.key") : me.id);
   ui.signin.hidden = true;
   ui.shell.hidden = false;
-  state.focus = false;
   forgetFlowNames();
-  await render();
+  await render(false);
 }
 
 ui.signinForm.addEventListener("submit", (event) => {
@@ -115,7 +113,7 @@ ui.org.addEventListener("change", () => {
   session.org = ui.org.value;
   forgetFlowNames();
   if (parse().id) location.hash = `#/${parse().name === "call" ? "calls" : "flows"}`;
-  else render();
+  else render(false);
 });
 
 for (const select of [ui.lang, ui.langSignin]) {
@@ -132,7 +130,7 @@ onUnauthorized(() => {
   showSignin(t("error.401"));
 });
 
-window.addEventListener("hashchange", () => render());
+window.addEventListener("hashchange", () => render(true));
 
 ui.lang.value = ui.langSignin.value = language();
 applyStatic();

@@ -7,7 +7,7 @@ const W = 640, H = 220, PAD = { left: 44, right: 12, top: 12, bottom: 36 };
 function niceMax(value) {
   if (value <= 0) return 1;
   const power = 10 ** Math.floor(Math.log10(value));
-  for (const step of [1, 2, 2.5, 5, 10]) if (step * power >= value) return step * power;
+  for (const step of [1, 2, 4, 8, 10]) if (step * power >= value) return step * power;
   return 10 * power;
 }
 

@@ -106,7 +106,7 @@ export async function flowPage(view, ctx) {
   view.append(graph);
 
   const versions = h("section", { class: "panel", "aria-labelledby": "versions-title" }, h("h2", { id: "versions-title" }, t("flow.versions")),
-    (() => { const tbl = table(null, [{ label: t("flow.version") }, { label: t("flow.published_at") }, { label: t("flow.published_by") }, { label: t("flow.notes") }, { label: t("flow.hash") }], []); tbl.querySelector("tbody").replaceWith(versionsBody); return tbl; })());
+    (() => { const tbl = table(null, [{ label: t("flow.version") }, { label: t("flow.published_at") }, { label: t("flow.published_by") }, { label: t("flow.notes") }, { label: t("flow.hash") }], []); tbl.querySelector("tbody").replaceWith(versionsBody); return h("div", { class: "table-wrap flat" }, tbl); })());
   const test = testPanel(ctx, flow);
   view.append(h("div", { class: "split" }, test, versions));
 }
