@@ -78,6 +78,9 @@ const en = {
   "usage.mean": "Mean", "usage.table": "The figures as a table", "usage.day": "Day", "usage.top_signals": "Most frequent signals",
   "evals.title": "Evaluation runs", "evals.lead": "Test suites run against your flows before callers reach them.",
   "evals.started": "Started", "evals.status": "Status", "evals.passed": "Passed", "evals.failed": "Failed", "evals.other": "Skipped or errors",
+  "evals.suite": "Suite", "evals.mode": "Mode", "evals.progress": "Done", "evals.draft": "(draft)",
+  "evals.green": "all passed", "evals.red": "failures", "evals.state.queued": "queued", "evals.state.running": "running",
+  "evals.state.completed": "completed", "evals.state.cancelled": "cancelled",
   "evals.unavailable_title": "Not available on this server yet",
   "evals.unavailable": "This server has no evaluations API (GET /api/evaluations/runs). Once it is installed, the runs appear here.",
 };
@@ -159,6 +162,9 @@ const de = {
   "usage.mean": "Mittelwert", "usage.table": "Die Zahlen als Tabelle", "usage.day": "Tag", "usage.top_signals": "Häufigste Signale",
   "evals.title": "Testläufe", "evals.lead": "Testreihen, die Ihre Abläufe prüfen, bevor Anrufer sie erreichen.",
   "evals.started": "Beginn", "evals.status": "Status", "evals.passed": "Bestanden", "evals.failed": "Fehlgeschlagen", "evals.other": "Übersprungen oder Fehler",
+  "evals.suite": "Testreihe", "evals.mode": "Modus", "evals.progress": "Erledigt", "evals.draft": "(Entwurf)",
+  "evals.green": "alle bestanden", "evals.red": "Fehler", "evals.state.queued": "wartet", "evals.state.running": "läuft",
+  "evals.state.completed": "abgeschlossen", "evals.state.cancelled": "abgebrochen",
   "evals.unavailable_title": "Auf diesem Server noch nicht verfügbar",
   "evals.unavailable": "Dieser Server hat keine Evaluations-API (GET /api/evaluations/runs). Sobald sie installiert ist, erscheinen die Läufe hier.",
 };

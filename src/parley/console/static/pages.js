@@ -439,20 +439,25 @@ export async function evaluationsPage(view, ctx) {
   const tbody = h("tbody");
   const listStatus = h("div", { class: "list-status", role: "status" });
   const tableEl = table(null, [
-    { label: t("evals.started") }, { label: t("calls.flow") }, { label: t("evals.status") },
-    { label: t("evals.passed"), class: "num" }, { label: t("evals.failed"), class: "num" }, { label: t("evals.other"), class: "num" },
+    { label: t("evals.started") }, { label: t("evals.suite") }, { label: t("calls.flow") }, { label: t("evals.mode") },
+    { label: t("evals.status") }, { label: t("evals.progress"), class: "num" }, { label: t("evals.passed"), class: "num" },
+    { label: t("evals.failed"), class: "num" }, { label: t("evals.other"), class: "num" },
   ], []);
   tableEl.querySelector("tbody").replaceWith(tbody);
-  const count = (run, key) => {
-    const summary = run.summary || {};
-    return summary[key] ?? run[key] ?? null;
-  };
+  // GET /api/evaluations/runs (docs/evaluations.md): counts per scenario state, passed once done
+  const verdict = (run) => run.passed === true ? badge("run-passed", t("evals.green"))
+    : run.passed === false ? badge("run-failed", t("evals.red")) : null;
   const list = pager((cursor) => get("/api/evaluations/runs", { limit: PAGE, cursor }),
-    (items) => Promise.all(items.map(async (run) => h("tr", { dataset: { runId: run.id } },
-      cell(fmtDateTime(run.created_at || run.started_at)), cell(await flowName(ctx.org, run.flow_id)),
-      cell(badge(`run-${run.status}`, String(run.status || "–"))),
-      cell(fmtNumber(count(run, "passed")), "num"), cell(fmtNumber(count(run, "failed")), "num"),
-      cell(fmtNumber((count(run, "skipped") || 0) + (count(run, "errors") ?? count(run, "error") ?? 0)), "num")))),
+    async (items) => items.map((run) => {
+      const counts = run.counts || {};
+      return h("tr", { dataset: { runId: run.id } },
+        cell(fmtDateTime(run.created_at)), cell(run.suite_name || run.dataset_id || "–"),
+        cell(`${run.flow_name || run.flow_id || "–"} ${run.flow_version ? "v" + run.flow_version : t("evals.draft")}`),
+        cell(run.mode || "–"), cell([badge(`run-${run.status}`, t(`evals.state.${run.status}`)), " ", verdict(run)]),
+        cell(`${fmtNumber(run.done)} / ${fmtNumber(run.total)}`, "num"),
+        cell(fmtNumber(counts.passed), "num"), cell(fmtNumber(counts.failed), "num"),
+        cell(fmtNumber((counts.skipped || 0) + (counts.error || 0)), "num"));
+    }),
     tbody, listStatus);
   view.append(h("div", { class: "table-wrap" }, tableEl), listStatus, list.more);
   await list.load(true);
