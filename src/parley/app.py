@@ -27,6 +27,7 @@ from parley.calls.router import outbound_router as outbound_calls_router
 from parley.calls.router import router as calls_router
 from parley.channels.router import router as channels_router
 from parley.config import Settings, prepare_settings
+from parley.console.router import router as console_router
 from parley.datasets.router import router as datasets_router
 from parley.evaluations.router import router as evaluations_router
 from parley.flows.router import router as flows_router
@@ -108,6 +109,7 @@ ROUTERS = (
     outbound_calls_router,
     integrations_router,
     playground_router,
+    console_router,
 )
 
 

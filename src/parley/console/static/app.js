@@ -1,0 +1,137 @@
+// The console's shell: sign-in, organization and language switches, and the hash router.
+import { get, onUnauthorized, session } from "./api.js";
+import { flowPage, flowsPage } from "./flows.js";
+import { applyStatic, language, setLanguage, t } from "./i18n.js";
+import {
+  callPage, callsPage, evaluationsPage, forgetFlowNames, livePage, overviewPage, signalsPage, usagePage,
+} from "./pages.js";
+import { explain, h } from "./ui.js";
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  signin: $("signin"), signinForm: $("signin-form"), token: $("token"), signinError: $("signin-error"),
+  shell: $("shell"), org: $("org"), lang: $("lang"), langSignin: $("lang-signin"), who: $("who"),
+  signout: $("signout"), view: $("view"), nav: $("nav"),
+};
+const state = { orgs: [], me: null, cleanups: [], route: 0 };
+
+const ROUTES = {
+  "": overviewPage, calls: callsPage, call: callPage, signals: signalsPage, flows: flowsPage, flow: flowPage,
+  live: livePage, usage: usagePage, evaluations: evaluationsPage,
+};
+
+function parse() {
+  const raw = location.hash.replace(/^#\/?/, "");
+  const [path, search] = raw.split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  let name = parts[0] || "";
+  let id = null;
+  if (parts.length > 1 && (name === "calls" || name === "flows")) { id = parts[1]; name = name.slice(0, -1); }
+  return { name: name in ROUTES ? name : "", id, query: new URLSearchParams(search || "") };
+}
+
+async function render(moveFocus) {
+  if (!session.token) return;
+  for (const cleanup of state.cleanups.splice(0)) cleanup();
+  const route = parse();
+  const token = ++state.route;
+  const view = h("div", { class: "page" });
+  ui.view.replaceChildren(view);
+  const section = route.name === "call" ? "calls" : route.name === "flow" ? "flows" : route.name;
+  for (const link of ui.nav.querySelectorAll("a")) {
+    if (link.dataset.route === section) link.setAttribute("aria-current", "page"); else link.removeAttribute("aria-current");
+  }
+  const org = state.orgs.find((o) => o.id === session.org);
+  const ctx = {
+    id: route.id, query: route.query, org: session.org, role: org ? org.role : null,
+    cleanup: (fn) => state.cleanups.push(fn),
+  };
+  try {
+    await ROUTES[route.name](view, ctx);
+  } catch (error) {
+    if (token === state.route) view.append(h("p", { class: "message error", role: "alert" }, explain(error)));
+  }
+  if (token !== state.route) return;
+  const title = view.querySelector("h1");
+  document.title = `${title ? title.textContent + " · " : ""}${t("app.name")}`;
+  if (moveFocus && title) title.focus();  // after navigation, screen readers start at the new page
+}
+
+function showSignin(text) {
+  ui.shell.hidden = true;
+  ui.signin.hidden = false;
+  ui.signinError.textContent = text || "";
+  ui.signinError.hidden = !text;
+  ui.token.value = "";
+  ui.token.focus();
+}
+
+async function signIn() {
+  ui.signinError.hidden = true;
+  try {
+    state.me = await get("/api/me");
+  } catch (error) {
+    session.clear();
+    showSignin(explain(error));
+    return;
+  }
+  try {
+    state.orgs = await get("/api/organizations");
+  } catch (error) {
+    state.orgs = [];  // an API key sees its own organization only; the header is not needed then
+  }
+  if (!state.orgs.some((o) => o.id === session.org)) session.org = state.orgs.length ? state.orgs[0].id : "";
+  ui.org.replaceChildren(...state.orgs.map((o) => h("option", { value: o.id, selected: o.id === session.org },
+    o.role ? `${o.name} (${t(`role.${o.role}`)})` : o.name)));
+  ui.org.disabled = state.orgs.length < 2;
+  if (!state.orgs.length) ui.org.append(h("option", { value: "" }, t("org.key")));
+  const me = state.me;
+  ui.who.textContent = me.name || me.email || me.subject || (me.kind === "api_key" ? t("who.key") : me.id);
+  ui.signin.hidden = true;
+  ui.shell.hidden = false;
+  forgetFlowNames();
+  await render(false);
+}
+
+ui.signinForm.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const token = ui.token.value.trim();
+  if (!token) return;
+  session.token = token;
+  ui.token.value = "";
+  signIn();
+});
+
+ui.signout.addEventListener("click", () => {
+  session.clear();
+  for (const cleanup of state.cleanups.splice(0)) cleanup();
+  ui.view.replaceChildren();
+  showSignin("");
+});
+
+ui.org.addEventListener("change", () => {
+  session.org = ui.org.value;
+  forgetFlowNames();
+  if (parse().id) location.hash = `#/${parse().name === "call" ? "calls" : "flows"}`;
+  else render(false);
+});
+
+for (const select of [ui.lang, ui.langSignin]) {
+  select.addEventListener("change", () => {
+    setLanguage(select.value);
+    ui.lang.value = ui.langSignin.value = select.value;
+    applyStatic();
+    if (session.token && !ui.shell.hidden) signIn();
+  });
+}
+
+onUnauthorized(() => {
+  session.clear();
+  showSignin(t("error.401"));
+});
+
+window.addEventListener("hashchange", () => render(true));
+
+ui.lang.value = ui.langSignin.value = language();
+applyStatic();
+if (session.token) signIn(); else showSignin("");
