@@ -196,7 +196,12 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         "/api/knowledge/documents": MAX_DOCUMENT_BYTES + 64 * 1024,
         "/api/inference/stt": 10 * 1024 * 1024 + 64 * 1024,
     }
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes, per_path=upload_limits)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        per_path=upload_limits,
+        read_timeout=settings.request_body_timeout,
+    )
     app.add_middleware(DrainMiddleware)
     app.add_middleware(RequestContextMiddleware)
     install_tracing(app, settings)  # off unless PARLEY_OTEL_ENDPOINT is set (docs/observability.md)

@@ -265,6 +265,10 @@ async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
     A bare session (not opened by a unit of work) has no database to open another from: the block
     then runs in a savepoint of ``session`` itself, so a failure inside cannot spoil its transaction.
     """
+    unit: RequestUnit | None = session.info.get("unit")
+    if unit is not None:
+        # Past authentication: its reader (a pool connection) is not kept while the outside world answers.
+        await unit.release_reader()
     database: Database | None = session.info.get("database")
     if database is None:
         async with session.begin_nested():
@@ -293,7 +297,7 @@ class RequestUnit:
     def __init__(self, request: Request) -> None:
         self.database: Database = request.app.state.db
         self.write = request.method not in SAFE_METHODS
-        self.info: dict[str, Any] = {"jobs": _jobs_of(request), "database": self.database}
+        self.info: dict[str, Any] = {"jobs": _jobs_of(request), "database": self.database, "unit": self}
         self.reader: AsyncSession | None = None
         self.writer: AsyncSession | None = None
         self.done = False
@@ -366,6 +370,12 @@ class RequestUnit:
             # No handler session will commit: authentication's own changes and hooks commit here.
             async with unit_of_work(self.database, info=self.info) as session:
                 session.add_all(changed)
+
+
+async def release_authentication(request: Request) -> None:
+    """Give authentication's reader back now, before the request waits (for a turn slot, a lock): a
+    waiting request must not hold a pool connection that another organization's requests need."""
+    await RequestUnit.of(request).release_reader()
 
 
 async def get_read_session(request: Request) -> AsyncIterator[AsyncSession]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from typing import Any
 
 import orjson
 import structlog
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from parley.kit.ids import new_id
@@ -17,10 +17,6 @@ from parley.kit.metrics import REQUEST_LATENCY, REQUESTS
 log = structlog.get_logger("parley.http")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _SESSION_PATH = re.compile(r"^/api/sessions/(ses_[A-Za-z0-9]{1,36})(?:/|$)")
-
-
-class _BodyTooLarge(StarletteHTTPException):
-    """Raised from ``receive``: the app's HTTP exception handler turns it into the 413 error body."""
 
 
 def _json_error(status: int, detail: str, code: str) -> tuple[Message, Message]:
@@ -88,15 +84,24 @@ class RequestContextMiddleware:
 
 
 class BodySizeLimitMiddleware:
-    """Refuses bodies over the limit with 413, by Content-Length or while streaming.
+    """Reads the whole body before the app runs: over the limit is 413, slower than ``read_timeout`` is 408.
 
+    Reading it up front means no handler, dependency or database session is ever waiting on a slow
+    client: authentication and the handler's transaction begin only once every byte is here (issue 18).
     ``per_path`` raises (or lowers) the limit for paths starting with a prefix, e.g. file uploads.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, per_path: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        per_path: dict[str, int] | None = None,
+        read_timeout: float | None = None,
+    ) -> None:
         self.app = app
         self.default_max_bytes = max_bytes
         self.per_path = sorted((per_path or {}).items(), key=lambda item: -len(item[0]))
+        self.read_timeout = read_timeout
 
     def limit_for(self, path: str) -> int:
         return next(
@@ -116,35 +121,48 @@ class BodySizeLimitMiddleware:
             except ValueError:
                 too_large = False
             if too_large:
-                start, body = _json_error(413, detail, "payload_too_large")
-                await send(start)
-                await send(body)
+                await _send_error(send, 413, detail, "payload_too_large")
                 return
+        chunks: list[bytes] = []
         received = 0
-        response_started = False
-
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > max_bytes:
-                    raise _BodyTooLarge(413, detail)
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal response_started
-            if message["type"] == "http.response.start":
-                response_started = True
-            await send(message)
-
         try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
-            if not response_started:
-                start, body = _json_error(413, detail, "payload_too_large")
-                await send(start)
-                await send(body)
+            async with asyncio.timeout(self.read_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return  # the client went away before its body was complete: nothing to answer
+                    chunk = message.get("body", b"")
+                    received += len(chunk)
+                    if received > max_bytes:
+                        await _send_error(send, 413, detail, "payload_too_large")
+                        return
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            await _send_error(
+                send,
+                408,
+                f"The request body did not arrive within {self.read_timeout:g} seconds.",
+                "request_timeout",
+            )
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()  # after the body: only the disconnect is left to wait for
+
+        await self.app(scope, replay, send)
+
+
+async def _send_error(send: Send, status: int, detail: str, code: str) -> None:
+    start, body = _json_error(status, detail, code)
+    await send(start)
+    await send(body)
 
 
 def client_address(scope: dict[str, Any]) -> str | None:

@@ -15,7 +15,7 @@ from parley.auth.dependencies import OrgReader, OrgWriter
 from parley.auth.principal import OrgContext
 from parley.auth.stream_tokens import issue_stream_token
 from parley.kit.body import ParsedBody
-from parley.kit.db import DbSession
+from parley.kit.db import DbSession, release_authentication
 from parley.kit.errors import ParleyError, documented
 from parley.kit.jobs import runner_for
 from parley.kit.sse import openapi_stream, sse, sse_response
@@ -89,6 +89,7 @@ async def _serialized(session_id: SessionId) -> AsyncIterator[TurnHold]:
 
 
 async def _slot(request: Request, context: OrgWriter) -> AsyncIterator[None]:
+    await release_authentication(request)  # no pool connection is held while waiting for a slot
     async with locks.turn_slot(request.app, context.organization_id):
         yield
 
@@ -97,6 +98,7 @@ async def _with_slot(
     request: Request, hold: Annotated[TurnHold, Depends(_serialized, scope="function")], context: OrgWriter
 ) -> TurnHold:
     # The slot is the organization's, known once the caller is authenticated; the lock's stack owns it.
+    await release_authentication(request)  # no pool connection is held while waiting for a slot
     await hold.stack.enter_async_context(locks.turn_slot(request.app, context.organization_id))
     return hold
 

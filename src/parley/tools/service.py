@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import mask
-from parley.kit.db import utcnow
+from parley.kit.db import short_read, utcnow
 from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.ids import new_id
 from parley.kit.tenancy import get_owned, scoped
@@ -196,7 +196,10 @@ def _truncate(result: ToolResult) -> ToolTestOut:
 async def test_tool(
     session: AsyncSession, settings: Settings, organization_id: str, tool_id: str, arguments: dict[str, Any]
 ) -> ToolTestOut:
-    tool = await get_tool(session, organization_id, tool_id)
+    # The look-up gives its connection back before the upstream is called: no transaction (SQLite's
+    # write lock, a pool connection) waits on another party's answer (issue 18).
+    async with short_read(session) as reader:
+        tool = await get_tool(reader, organization_id, tool_id)
     try:
         result = await execute_tool(session, settings, tool, arguments)
     except InvalidArguments as exc:
