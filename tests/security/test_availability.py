@@ -213,3 +213,19 @@ async def test_turns_waiting_on_a_stalled_tool_do_not_stop_other_tenants_turns(
         for answer in await asyncio.gather(*turns):
             assert answer.status_code == 200, answer.text
             assert answer.json()["status"] == "ended", answer.json()
+
+
+def test_a_body_that_never_completes_is_408(fresh_db: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    from parley.app import create_app
+    from tests.security.conftest import live_settings
+
+    settings = live_settings(tmp_path_factory.mktemp("body-timeout"), fresh_db, request_body_timeout=1.0)
+    with serve_in_thread(create_app(settings)) as url, httpx.Client(base_url=url, timeout=30) as http:
+        mallory = new_org(http, "avail-408-mallory", "Mallory GmbH")
+        [sock] = _open_slow_bodies(url, mallory, 1)
+        try:
+            answer = sock.recv(4096).decode()  # blocks until the server gives up on the body
+        finally:
+            sock.close()
+    assert answer.startswith("HTTP/1.1 408"), answer
+    assert "request_timeout" in answer and "did not arrive within 1 seconds" in answer
