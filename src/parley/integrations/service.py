@@ -47,7 +47,7 @@ from parley.integrations.schemas import (
     ProviderOut,
 )
 from parley.kit.crypto import constant_time_equals, mask, row_secrets, sha256_hex
-from parley.kit.db import Database, unit_of_work, utcnow
+from parley.kit.db import Database, checkpoint, unit_of_work, utcnow
 from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyError
 from parley.kit.ids import new_id
 from parley.kit.outbound import outbound_policy
@@ -517,24 +517,32 @@ async def complete_callback(
     except ParleyError:
         await claim_state(session, pending.id)
         raise
-    # No transaction stays open during the call to the provider: on SQLite a read transaction that
-    # later writes fails if anyone else wrote meanwhile, and on PostgreSQL nothing needs to be held.
+    # The state is used up before the provider is called, and the claim committed: of callbacks racing
+    # with one state exactly one exchanges the code (a loser's failed exchange can no longer use up the
+    # state under the winner). No transaction stays open during the call to the provider. The read
+    # transaction ends first: on SQLite (a GET is not a write request) a read that later writes fails
+    # if another callback wrote meanwhile; a claim that starts its own transaction waits its turn.
     await session.rollback()
-    try:
-        assert params.code is not None
-        tokens = await oauth.exchange_code(
-            outbound_policy(settings),
-            settings.outbound_timeout,
-            config,
-            code=params.code,
-            code_verifier=verifier,
-            redirect_uri=pending.redirect_uri,
-        )
-    except ParleyError:
-        await claim_state(session, pending.id)
-        raise
     if not await claim_state(session, pending.id):
         raise BadRequest(ALREADY_USED)  # a concurrent callback with the same state got there first
+    await checkpoint(session)
+    assert params.code is not None
+    tokens = await oauth.exchange_code(
+        outbound_policy(settings),
+        settings.outbound_timeout,
+        config,
+        code=params.code,
+        code_verifier=verifier,
+        redirect_uri=pending.redirect_uri,
+    )
+    # The transaction that stores the tokens writes first (it touches its own used-up state): on SQLite
+    # a transaction that reads and then writes fails if another request wrote in between.
+    await session.execute(
+        update(OAuthState)
+        .where(OAuthState.id == pending.id)
+        .values(consumed_at=OAuthState.consumed_at)
+        .execution_options(synchronize_session=False)
+    )
 
     provider = pending.provider
     connection = await session.scalar(
