@@ -92,6 +92,10 @@ def _scenarios(language: str) -> list[dict[str, Any]]:
             "expect": {
                 "signals": ["order_not_found"],
                 "variables": {"attempts": 2},
+                # the connector answered 404 twice: answered, not an error
+                "tool_calls": [
+                    {"tool": "order_lookup", "arguments": {"order_id": "999999"}, "status": "not_found"}
+                ],
                 "outcome": "transferred",
                 "visits": ["say_not_found", "handoff"],
             },
