@@ -32,7 +32,12 @@ async def test_demo_suite_passes_on_the_draft_without_call_records(
     assert known["name"] == "de: known order, no callback"
     assert known["tool_calls"][0]["tool_name"] == "order_lookup"
     assert known["tool_calls"][0]["http_status"] == 200  # the real connector answered
-    assert [t["turn"] for t in known["turns"]] == [0, 1, 2]
+    assert [t["turn"] for t in known["turns"]] == [
+        0,
+        1,
+        2,
+        3,
+    ]  # the opening, the order number, yes to the cost, no callback
     assert all(t["total_ms"] >= t["engine_ms"] for t in known["turns"])
     assert known["transcript"][0]["speaker"] == "agent" and known["outcome"] == "completed"
     # No call record, no session row, no brain signal came of ten conversations.

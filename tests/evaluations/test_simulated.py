@@ -14,7 +14,7 @@ PERSONA = {
     "persona": "An impatient customer whose order number is 12.",
     "goal": "Learn the status of the repair, then hang up.",
     "max_turns": 6,
-    "rubric": ["The agent tells the 'status' of the order.", "The agent says 'goodbye'."],
+    "rubric": ["The agent says when the car is 'ready'.", "The agent says 'goodbye'."],
     "expect": {"tool_calls": [{"tool": "order_lookup", "arguments": {"order_id": "12"}}]},
 }
 
@@ -35,7 +35,7 @@ async def test_a_simulated_caller_plays_until_the_end_and_the_rubric_is_judged(
     passed, failed = await lab.results(run["id"])
     assert passed["status"] == "passed", passed
     callers = [t["caller"] for t in passed["turns"][1:]]
-    assert callers == ["My order number is 12.", "no thanks"]
+    assert callers == ["My order number is 12.", "no thanks", "no thanks"]  # no cost, no callback
     assert passed["outcome"] == "completed" and passed["end_reason"] == "flow_completed"
     assert [v["passed"] for v in passed["rubric"]] == [True, True]
     assert passed["rubric"][0]["reason"] == "Everything asked for was said."

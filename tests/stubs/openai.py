@@ -15,7 +15,7 @@ Behaviour is chosen by the requested model name, so a test steers it without pat
   for "gibberish" (before any other marker); otherwise ``neutral`` with confidence 0.8.
 - an evaluation's simulated caller (the system message says "You play the caller"): answers the
   agent's last line (the last user message): a question for the order number gets the digits of the
-  persona ("My order number is 12."), the callback question gets "no thanks"/"nein danke", anything
+  persona ("My order number is 12."), the cost and callback questions get "no thanks"/"nein danke", anything
   else (a goodbye) gets ``[HANGUP]``;
 - an evaluation's judge (the system message says "You judge a phone conversation"): one verdict per
   numbered criterion; a criterion with a word in single quotes passes when that word occurs in the
@@ -69,8 +69,8 @@ def _classify(user: str) -> str:
 
 def _play_caller(system: str, agent: str) -> str:
     line = agent.casefold()
-    if "call back" in line or "rückruf" in line:
-        return "nein danke" if "rückruf" in line else "no thanks"
+    if any(word in line for word in ("call back", "rückruf", "cost", "kosten")):
+        return "nein danke" if "rückruf" in line or "kosten" in line else "no thanks"
     if "number" in line or "nummer" in line:
         digits = "".join(re.findall(r"\d", system.split("Goal:", 1)[0])) or "0"
         return f"Meine Nummer ist {digits}." if "nummer" in line else f"My order number is {digits}."

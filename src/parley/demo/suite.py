@@ -1,6 +1,6 @@
 """The demo shop's test suite for its order-status agents: German and English, a known order (with
-and without a callback), an unknown order, a connector outage (a mocked tool error) and a caller who
-does not answer. Order 12 exists in the demo connector's orders; 999999 and 999998 do not."""
+and without a callback; the cost only when asked), an unknown order, a connector outage (a mocked
+tool error) and a caller who does not answer. Order 12 exists in the demo connector's orders; 999999 and 999998 do not."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ _TEXT = {
     "de": {
         "greeting": "Auftragsservice",
         "ask": "Bitte nennen Sie mir Ihre Auftragsnummer.",
-        "status": "hat den Status",
+        "status": "fertig am",
+        "cost_question": "Möchten Sie die Kosten wissen?",
+        "cost": "Euro brutto",
         "callback": "Möchten Sie einen Rückruf?",
         "no": "nein danke",
         "yes": "ja bitte",
@@ -25,7 +27,9 @@ _TEXT = {
     "en": {
         "greeting": "order service",
         "ask": "Please tell me your order number.",
-        "status": "is at status",
+        "status": "ready on",
+        "cost_question": "Would you like to know the cost?",
+        "cost": "euros including VAT",
         "callback": "Would you like a call back?",
         "no": "no thanks",
         "yes": "yes please",
@@ -46,26 +50,31 @@ def _scenarios(language: str) -> list[dict[str, Any]]:
             "name": f"{language}: known order, no callback",
             "language": language,
             "turns": [
-                {"say": t["order"], "expect": [{"contains": t["status"]}, {"contains": t["callback"]}]},
+                {"say": t["order"], "expect": [{"contains": t["status"]}, {"contains": t["cost_question"]}]},
+                {"say": t["yes"], "expect": [{"contains": t["cost"]}, {"contains": t["callback"]}]},
                 {"say": t["no"]},
             ],
             "expect": {
                 "opening": opening,
                 "said": [{"language": "flow"}],
-                "variables": {"order_number": "12", "callback": False},
+                "variables": {"order_number": "12", "wants_cost": True, "callback": False},
                 "tool_calls": [{"tool": "order_lookup", "arguments": {"order_id": "12"}, "status": "ok"}],
                 "outcome": "completed",
                 "end_reason": "flow_completed",
                 "ends_at": "goodbye",
                 "no_signals": ["order_not_found", "tool_failure"],
-                "turns": 2,
+                "turns": 3,
             },
         },
         {
             "name": f"{language}: known order with a callback",
             "language": language,
             "caller": "+4917612345678",
-            "turns": [{"say": t["order"]}, {"say": t["yes"]}],
+            "turns": [
+                {"say": t["order"]},
+                {"say": t["no"], "expect": [{"contains": t["callback"]}, {"not_contains": t["cost"]}]},
+                {"say": t["yes"]},
+            ],
             "expect": {
                 "signals": ["callback_requested"],
                 "ends_at": "goodbye_callback",
@@ -83,6 +92,10 @@ def _scenarios(language: str) -> list[dict[str, Any]]:
             "expect": {
                 "signals": ["order_not_found"],
                 "variables": {"attempts": 2},
+                # the connector answered 404 twice: answered, not an error
+                "tool_calls": [
+                    {"tool": "order_lookup", "arguments": {"order_id": "999999"}, "status": "not_found"}
+                ],
                 "outcome": "transferred",
                 "visits": ["say_not_found", "handoff"],
             },

@@ -14,7 +14,7 @@ from parley.evaluations.expectations import Conversation, TurnRecord, check
 from parley.evaluations.schemas import Scenario, TextCheck, ToolMock
 from parley.evaluations.voice import VoiceFailure, voice_turns
 from parley.flows.definition import FlowDefinition
-from parley.runtime.engine import FlowEngine, TurnResult
+from parley.runtime.engine import ANSWERED, FlowEngine, TurnResult
 from parley.runtime.ports import HandOver, LlmError, LlmPort, ToolOutcome, ToolPort, ToolSpec
 from parley.voice.engines.base import SttEngine, TtsEngine, Vad
 
@@ -43,13 +43,14 @@ class MockedTools:
         mock = self.mocks.get(ref)
         if mock is None:
             return await self.inner.call(ref, arguments)
+        answered = mock.status in ANSWERED  # a 404 answers too: its body is the result
         return ToolOutcome(
             mock.status,
             tool_id=None,
             tool_name=ref,
             http_status=mock.http_status,
-            result=mock.result if mock.status == "ok" else None,
-            error=None if mock.status == "ok" else (mock.error or f"mocked {mock.status}"),
+            result=mock.result if answered else None,
+            error=None if answered else (mock.error or f"mocked {mock.status}"),
         )
 
     async def describe(self, refs: list[str]) -> list[ToolSpec]:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from parley.kit.schemas import StrictModel
+from parley.kit.toolcalls import ToolStatus
 
 MAX_SUITE_SCENARIOS = 1000
 MAX_PATTERN_CHARS = 500
@@ -77,7 +78,9 @@ class CallerTurn(StrictModel):
 class ToolMock(StrictModel):
     """What a tool answers in this scenario instead of running."""
 
-    status: Literal["ok", "error", "timeout"] = "ok"
+    status: ToolStatus = Field(
+        default="ok", description="``not_found`` answers like a 404: the result is kept, no error."
+    )
     result: Any = None
     error: str | None = Field(default=None, max_length=1000)
     http_status: int | None = Field(default=None, ge=100, le=599)
@@ -88,7 +91,7 @@ class ToolCallCheck(StrictModel):
     arguments: dict[str, Any] | None = Field(
         default=None, description="These arguments (compared as text), others may be there too."
     )
-    status: Literal["ok", "error", "timeout", "dry_run"] | None = None
+    status: ToolStatus | None = None
 
 
 class Range(StrictModel):
