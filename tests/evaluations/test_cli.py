@@ -145,10 +145,12 @@ def test_a_broken_version_fails_with_exit_1_and_names_the_scenarios(
 def test_voice_mode_from_the_terminal(shop: dict[str, Any], tmp_path: Path) -> None:
     report = tmp_path / "voice.json"
     done = evaluate(shop, "Order status", "--suite", SUITE_NAME, "--voice", "--json", str(report))
-    # The German scenarios need a German recognition model, which this server does not have.
+    # Voice mode skips the German scenarios (the offline German recognizer is experimental), and a
+    # run with skipped scenarios does not pass.
     assert done.returncode == 1, done.stdout + done.stderr
     assert "voice: words heard as said" in done.stdout and "heard ok" in done.stdout
     data = json.loads(report.read_text())
     assert data["run"]["mode"] == "voice" and data["run"]["counts"]["pending"] == 0
-    errors = {r["name"] for r in data["results"] if r["status"] == "error"}
-    assert errors == {s for s in errors if s.startswith("de: ")} and len(errors) >= 1
+    skipped = {r["name"] for r in data["results"] if r["status"] == "skipped"}
+    assert skipped == {r["name"] for r in data["results"] if r["name"].startswith("de: ")}
+    assert len(skipped) >= 1

@@ -26,13 +26,9 @@ async def test_voice_mode_reports_what_was_heard_and_how_fast(lab: Lab, demo: li
         assert first["voice_to_voice_ms"] is not None and first["stt_final_ms"] is not None
     silent = results["en: caller does not answer"]
     assert silent["status"] == "passed" and silent["turns"][1]["voice"]["recognition_accuracy"] is None
-    # German is heard through the German lexicon on the bundled acoustic model: the scenario runs (its
-    # outcome depends on what was heard; docs/voice.md has the German recognition figures).
+    # The offline German recognizer is experimental: voice mode skips German scenarios with the reason.
     de = results["de: known order, no callback"]
-    assert de["status"] in ("passed", "failed"), (de["status"], de["reason"])
-    de_first = de["turns"][1]["voice"]
-    assert de_first["said"] == "eins zwei" and 0.0 <= de_first["recognition_accuracy"] <= 1.0
-    assert de_first["heard"] == de["turns"][1]["caller"]
+    assert de["status"] == "skipped" and "English scenarios only" in de["reason"], de
     summary = run["summary"]
     assert 0.0 <= summary["recognition_accuracy_mean"] <= 1.0
     assert "voice_to_voice_ms_p50" in summary

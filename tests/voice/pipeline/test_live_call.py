@@ -43,7 +43,7 @@ async def test_the_client_ending_the_call_hears_the_end_event(live: dict[str, An
         await ws.send(json.dumps({"type": "end"}))
         events = await events_until(ws, "end")
         assert await close_code(ws) == 1000
-    assert events[-1] == {"type": "end", "outcome": "completed", "reason": "caller_ended"}
+    assert events[-1] == {"type": "end", "outcome": "abandoned", "reason": "caller_ended"}
 
 
 async def test_a_silent_caller_is_prompted_again_then_told_goodbye(live: dict[str, Any]) -> None:

@@ -119,10 +119,12 @@ class Expect:
             digits = self._digits(text)
             if digits is None:
                 return False
-            # only a node that bounds its digits can say an answer is whole
-            if self.min_digits is None and self.max_digits is None:
+            # A number is whole only when no further digit could belong to it: it has reached the node's
+            # maximum. Within a range ("1 to 12 digits") a pause after "one" may be the middle of
+            # "one two", so the caller gets the full hangover.
+            if self.max_digits is None:
                 return False
-            return (self.min_digits or 1) <= len(digits) <= (self.max_digits or 100)
+            return len(digits) >= self.max_digits
         return self.answers(text)
 
     def answers(self, text: str) -> bool:
