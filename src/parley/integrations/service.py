@@ -496,11 +496,23 @@ class _Pending:
     scopes: list[str]
 
 
-async def complete_callback(
+@dataclass(frozen=True)
+class ClaimedCallback:
+    """A callback whose state this request used up: the code may now be exchanged, once."""
+
+    pending: _Pending
+    config: oauth.ClientConfig
+    verifier: str
+    code: str
+
+
+async def claim_callback(
     session: AsyncSession, settings: Settings, request: RequestFacts, params: CallbackParams
-) -> CallbackOut:
-    """Check the state, exchange the code, store the tokens. Whatever happens once the state is known
-    uses it up; the caller must commit on errors too (the router answers them instead of raising)."""
+) -> ClaimedCallback:
+    """Check the state and use it up, before anything goes to the provider: of callbacks racing with
+    one state only the one that claims it exchanges the code; the others get 400. Whatever happens
+    once the state is known uses it up; the caller must commit on errors too, and commit the claim
+    before :func:`finish_callback` (no transaction is held while the provider answers)."""
     row = await find_state(session, params.state)
     check_browser(row, params.cookies)
     pending = _Pending(
@@ -517,24 +529,25 @@ async def complete_callback(
     except ParleyError:
         await claim_state(session, pending.id)
         raise
-    # No transaction stays open during the call to the provider: on SQLite a read transaction that
-    # later writes fails if anyone else wrote meanwhile, and on PostgreSQL nothing needs to be held.
-    await session.rollback()
-    try:
-        assert params.code is not None
-        tokens = await oauth.exchange_code(
-            outbound_policy(settings),
-            settings.outbound_timeout,
-            config,
-            code=params.code,
-            code_verifier=verifier,
-            redirect_uri=pending.redirect_uri,
-        )
-    except ParleyError:
-        await claim_state(session, pending.id)
-        raise
     if not await claim_state(session, pending.id):
         raise BadRequest(ALREADY_USED)  # a concurrent callback with the same state got there first
+    assert params.code is not None  # _check_callback refuses a callback without one
+    return ClaimedCallback(pending, config, verifier, params.code)
+
+
+async def finish_callback(
+    session: AsyncSession, settings: Settings, request: RequestFacts, claimed: ClaimedCallback
+) -> CallbackOut:
+    """Exchange the claimed code (with the PKCE verifier) and store the tokens."""
+    pending = claimed.pending
+    tokens = await oauth.exchange_code(
+        outbound_policy(settings),
+        settings.outbound_timeout,
+        claimed.config,
+        code=claimed.code,
+        code_verifier=claimed.verifier,
+        redirect_uri=pending.redirect_uri,
+    )
 
     provider = pending.provider
     connection = await session.scalar(
