@@ -24,7 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import create_async_engine
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from parley.app import create_app
@@ -76,6 +76,27 @@ def typed_call(base: str, headers: dict[str, str], flow: str, lines: list[str]) 
     return str(turn["id"])
 
 
+QUESTION = "Please tell me your order number."
+
+
+async def _hear_the_question(ws: ClientConnection) -> None:
+    """The line speaks the flow's opening as soon as it opens; a caller answers once the question has
+    begun to play (an answer over a question not yet heard is asked again). So: the question's text,
+    its audio, then the agent falls quiet (no audio for a second)."""
+    asked = playing = False
+    while True:
+        try:
+            message = await asyncio.wait_for(ws.recv(), 1 if playing else 60)
+        except TimeoutError:
+            if playing:
+                return
+            raise
+        if isinstance(message, str):
+            asked = asked or json.loads(message).get("text") == QUESTION
+        elif asked:
+            playing = True
+
+
 async def _voiced_call(base: str, headers: dict[str, str], flow: str) -> str:
     """The caller says an order number over the audio WebSocket; the offline engines hear and answer."""
     chunks = [c async for c in EspeakTts("en-us").synthesize("one two", sample_rate=RATE)]
@@ -88,6 +109,7 @@ async def _voiced_call(base: str, headers: dict[str, str], flow: str) -> str:
     url = base.replace("http://", "ws://") + f"/api/sessions/{session_id}/audio"
     async with connect(url, additional_headers=headers) as ws:
         await asyncio.wait_for(ws.recv(), 30)
+        await _hear_the_question(ws)
         pcm = SILENCE * 15 + speech + SILENCE * 60
         for start in range(0, len(pcm), 640):
             await ws.send(pcm[start : start + 640])
