@@ -188,7 +188,8 @@ def platform(
         headers = {"Authorization": f"Bearer {token}", "X-Organization-Id": org}
         flow = seeded.flow_ids["en"]
         # calls: an order with a callback wish, an unknown order, and a voiced call with a recording
-        callback = typed_call(base, headers, flow, ["1 5", "yes"])
+        # (no to the cost, yes to the call back)
+        callback = typed_call(base, headers, flow, ["1 5", "no", "yes"])
         typed_call(base, headers, flow, ["1 6", "no"])
         voiced = asyncio.run(_voiced_call(base, headers, flow))
         voiced_call = call_of_session(base, headers, voiced, lambda c: c["recording_url"] is not None)
