@@ -24,7 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import create_async_engine
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from parley.app import create_app
@@ -76,6 +76,27 @@ def typed_call(base: str, headers: dict[str, str], flow: str, lines: list[str]) 
     return str(turn["id"])
 
 
+QUESTION = "Please tell me your order number."
+
+
+async def _hear_the_question(ws: ClientConnection) -> None:
+    """The line speaks the flow's opening as soon as it opens; a caller answers once the question has
+    begun to play (an answer over a question not yet heard is asked again). So: the question's text,
+    its audio, then the agent falls quiet (no audio for a second)."""
+    asked = playing = False
+    while True:
+        try:
+            message = await asyncio.wait_for(ws.recv(), 1 if playing else 60)
+        except TimeoutError:
+            if playing:
+                return
+            raise
+        if isinstance(message, str):
+            asked = asked or json.loads(message).get("text") == QUESTION
+        elif asked:
+            playing = True
+
+
 async def _voiced_call(base: str, headers: dict[str, str], flow: str) -> str:
     """The caller says an order number over the audio WebSocket; the offline engines hear and answer."""
     chunks = [c async for c in EspeakTts("en-us").synthesize("one two", sample_rate=RATE)]
@@ -88,6 +109,7 @@ async def _voiced_call(base: str, headers: dict[str, str], flow: str) -> str:
     url = base.replace("http://", "ws://") + f"/api/sessions/{session_id}/audio"
     async with connect(url, additional_headers=headers) as ws:
         await asyncio.wait_for(ws.recv(), 30)
+        await _hear_the_question(ws)
         pcm = SILENCE * 15 + speech + SILENCE * 60
         for start in range(0, len(pcm), 640):
             await ws.send(pcm[start : start + 640])
@@ -166,7 +188,8 @@ def platform(
         headers = {"Authorization": f"Bearer {token}", "X-Organization-Id": org}
         flow = seeded.flow_ids["en"]
         # calls: an order with a callback wish, an unknown order, and a voiced call with a recording
-        callback = typed_call(base, headers, flow, ["1 5", "yes"])
+        # (no to the cost, yes to the call back)
+        callback = typed_call(base, headers, flow, ["1 5", "no", "yes"])
         typed_call(base, headers, flow, ["1 6", "no"])
         voiced = asyncio.run(_voiced_call(base, headers, flow))
         voiced_call = call_of_session(base, headers, voiced, lambda c: c["recording_url"] is not None)

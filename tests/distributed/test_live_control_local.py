@@ -27,6 +27,9 @@ from tests.conftest import JWT_SECRET, auth, make_token
 from tests.live import serve_in_thread
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, FrameTts, LoudnessVad, ScriptedStt
 
+# FrameTts speaks every utterance as this many 20 ms frames
+GREETING_FRAMES = 5
+
 TWICE_FLOW = {
     "language": "en",
     "start_node": "ask",
@@ -67,7 +70,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     )
     app = create_app(settings)
     stt = ScriptedStt()
-    app.state.voice_engines = lambda: Engines(stt, FrameTts(frames=5), LoudnessVad())
+    app.state.voice_engines = lambda: Engines(stt, FrameTts(frames=GREETING_FRAMES), LoudnessVad())
     with serve_in_thread(app) as base_url:
         token = make_token("control-user")
         org = httpx.post(
@@ -93,6 +96,17 @@ async def _events_until(ws: ClientConnection, kind: str, audio: list[bytes]) -> 
             return events
 
 
+async def _greeting(ws: ClientConnection) -> list[bytes]:
+    """The flow's opening, spoken as soon as the line opens (before any control message can arrive):
+    read its audio (FrameTts: 5 frames) so what follows counts only the answer's audio."""
+    audio: list[bytes] = []
+    while len(audio) < GREETING_FRAMES:
+        message = await asyncio.wait_for(ws.recv(), 20)
+        if isinstance(message, bytes):
+            audio.append(message)
+    return audio
+
+
 async def test_voice_off_mutes_and_end_closes_the_live_stream(live: dict[str, Any]) -> None:
     assert isinstance(live["app"].state.live_sessions, LocalRegistry)
     live["stt"].script = ["one two"]
@@ -102,6 +116,7 @@ async def test_voice_off_mutes_and_end_closes_the_live_stream(live: dict[str, An
         ws_url = live["url"].replace("http://", "ws://") + f"/api/sessions/{session_id}/audio"
         async with connect(ws_url, additional_headers=live["headers"]) as ws:
             assert json.loads(await ws.recv())["type"] == "ready"
+            assert len(await _greeting(ws)) == GREETING_FRAMES
             muted = await client.post(f"/api/sessions/{session_id}/voice", json={"voiced": False})
             assert muted.status_code == 200
             for frame in [SPEECH] * 10 + [SILENCE] * 40:
@@ -136,6 +151,7 @@ async def test_voice_on_again_unmutes(live: dict[str, Any]) -> None:
         ws_url = live["url"].replace("http://", "ws://") + f"/api/sessions/{session_id}/audio"
         async with connect(ws_url, additional_headers=live["headers"]) as ws:
             assert json.loads(await ws.recv())["type"] == "ready"
+            assert len(await _greeting(ws)) == GREETING_FRAMES
             assert (
                 await client.post(f"/api/sessions/{session_id}/voice", json={"voiced": False})
             ).status_code == 200
@@ -146,7 +162,7 @@ async def test_voice_on_again_unmutes(live: dict[str, Any]) -> None:
                 await ws.send(frame)
             audio: list[bytes] = []
             await _events_until(ws, "metrics", audio)
-            assert len(audio) == 5
+            assert len(audio) == GREETING_FRAMES  # the answer is spoken again (FrameTts: 5 frames)
             await ws.send(json.dumps({"type": "end"}))
 
 

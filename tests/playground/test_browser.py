@@ -98,12 +98,22 @@ async def _speech(text: str) -> bytes:
     return b"".join(chunks)
 
 
+# The flow's opening, which the audio connection speaks as soon as it opens (as on a phone line).
+GREETING = "Hello, this is the order service of Autohaus Demo. Please tell me your order number."
+
+
+def _waits_for_the_question() -> bytes:
+    """Silence while the agent speaks its opening, and two seconds more: a caller answers the
+    question once heard (an answer over a question not yet heard is not taken as its answer)."""
+    return bytes(len(asyncio.run(_speech(GREETING)))) + bytes(RATE * 2 * 2)
+
+
 @pytest.fixture(scope="module")
 def spoken_order(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The caller: a second of silence, the order number, then silence (the file plays once)."""
+    """The caller: silence through the greeting, the order number, then silence (the file plays once)."""
     speech = asyncio.run(_speech(SPOKEN_ORDER[0]))
     path = tmp_path_factory.mktemp("wav") / "order.wav"
-    path.write_bytes(write_wav(bytes(RATE * 2) + speech + bytes(RATE * 2 * 20), RATE))
+    path.write_bytes(write_wav(_waits_for_the_question() + speech + bytes(RATE * 2 * 20), RATE))
     return path
 
 
@@ -243,7 +253,7 @@ def barging_caller(tmp_path_factory: pytest.TempPathFactory) -> Path:
     number, yes = asyncio.run(_speech(SPOKEN_ORDER[0])), asyncio.run(_speech("yes"))
     path = tmp_path_factory.mktemp("wav") / "barge.wav"
     pause = bytes(RATE * 2 * 3)  # the answer starts ≈ 0.7 s after the number; it lasts ≈ 6 s
-    path.write_bytes(write_wav(bytes(RATE * 2) + number + pause + yes + bytes(RATE * 2 * 20), RATE))
+    path.write_bytes(write_wav(_waits_for_the_question() + number + pause + yes + bytes(RATE * 2 * 20), RATE))
     return path
 
 

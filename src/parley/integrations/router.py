@@ -21,7 +21,7 @@ from parley.integrations.schemas import (
     ProviderList,
 )
 from parley.kit.body import BODY_MODEL_ATTR, ParsedBody, read_body_data, validate_body
-from parley.kit.db import DbSession
+from parley.kit.db import DbSession, unit_of_work
 from parley.kit.errors import ParleyError, documented, error_response
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
@@ -102,12 +102,22 @@ async def list_integration_oauth_callback(
     params = service.CallbackParams(
         code=code, state=state, error=error, error_description=error_description, cookies=request.cookies
     )
+    settings = request.app.state.settings
+    facts = request_facts(request)
+    # The state is used up in a transaction of its own that commits before the code goes to the
+    # provider, so of callbacks racing with one state only one exchanges it (and on an error the
+    # state stays used up: the error is returned from inside the block, not raised through it).
+    refused: ParleyError | None = None
+    async with unit_of_work(request.app.state.db, jobs=request.app.state.jobs) as claiming:
+        try:
+            claimed = await service.claim_callback(claiming, settings, facts, params)
+        except ParleyError as exc:
+            refused = exc
+    if refused is not None:
+        return error_response(refused.status_code, refused.detail, refused.code, refused.headers)
     try:
-        out = await service.complete_callback(
-            session, request.app.state.settings, request_facts(request), params
-        )
+        out = await service.finish_callback(session, settings, facts, claimed)
     except ParleyError as exc:
-        # Returned, not raised: the state consumed above must stay consumed (the transaction commits).
         return error_response(exc.status_code, exc.detail, exc.code, exc.headers)
     if _wants_html(request):
         return HTMLResponse(_html_page(out))
