@@ -429,7 +429,7 @@ def test_a_flow_is_drawn_validated_published_and_tried(
     page.locator("ol.chat li.agent").first.wait_for()
     page.get_by_label("What the caller says").fill("1 5")
     page.get_by_role("button", name="Send").click()
-    page.locator("ol.chat li.agent", has_text="call back").wait_for()
+    page.locator("ol.chat li.agent", has_text="know the cost").wait_for()
     page.screenshot(path=str(shots / "04-flow.png"), full_page=True)
     page.get_by_role("button", name="End", exact=True).click()
     page.get_by_text("The conversation has ended").wait_for()
