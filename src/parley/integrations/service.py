@@ -47,7 +47,7 @@ from parley.integrations.schemas import (
     ProviderOut,
 )
 from parley.kit.crypto import constant_time_equals, mask, row_secrets, sha256_hex
-from parley.kit.db import Database, checkpoint, unit_of_work, utcnow
+from parley.kit.db import Database, unit_of_work, utcnow
 from parley.kit.errors import BadRequest, Conflict, Forbidden, NotFound, ParleyError
 from parley.kit.ids import new_id
 from parley.kit.outbound import outbound_policy
@@ -496,11 +496,23 @@ class _Pending:
     scopes: list[str]
 
 
-async def complete_callback(
+@dataclass(frozen=True)
+class ClaimedCallback:
+    """A callback whose state this request used up: the code may now be exchanged, once."""
+
+    pending: _Pending
+    config: oauth.ClientConfig
+    verifier: str
+    code: str
+
+
+async def claim_callback(
     session: AsyncSession, settings: Settings, request: RequestFacts, params: CallbackParams
-) -> CallbackOut:
-    """Check the state, exchange the code, store the tokens. Whatever happens once the state is known
-    uses it up; the caller must commit on errors too (the router answers them instead of raising)."""
+) -> ClaimedCallback:
+    """Check the state and use it up, before anything goes to the provider: of callbacks racing with
+    one state only the one that claims it exchanges the code; the others get 400. Whatever happens
+    once the state is known uses it up; the caller must commit on errors too, and commit the claim
+    before :func:`finish_callback` (no transaction is held while the provider answers)."""
     row = await find_state(session, params.state)
     check_browser(row, params.cookies)
     pending = _Pending(
@@ -517,31 +529,24 @@ async def complete_callback(
     except ParleyError:
         await claim_state(session, pending.id)
         raise
-    # The state is used up before the provider is called, and the claim committed: of callbacks racing
-    # with one state exactly one exchanges the code (a loser's failed exchange can no longer use up the
-    # state under the winner). No transaction stays open during the call to the provider. The read
-    # transaction ends first: on SQLite (a GET is not a write request) a read that later writes fails
-    # if another callback wrote meanwhile; a claim that starts its own transaction waits its turn.
-    await session.rollback()
     if not await claim_state(session, pending.id):
         raise BadRequest(ALREADY_USED)  # a concurrent callback with the same state got there first
-    await checkpoint(session)
-    assert params.code is not None
+    assert params.code is not None  # _check_callback refuses a callback without one
+    return ClaimedCallback(pending, config, verifier, params.code)
+
+
+async def finish_callback(
+    session: AsyncSession, settings: Settings, request: RequestFacts, claimed: ClaimedCallback
+) -> CallbackOut:
+    """Exchange the claimed code (with the PKCE verifier) and store the tokens."""
+    pending = claimed.pending
     tokens = await oauth.exchange_code(
         outbound_policy(settings),
         settings.outbound_timeout,
-        config,
-        code=params.code,
-        code_verifier=verifier,
+        claimed.config,
+        code=claimed.code,
+        code_verifier=claimed.verifier,
         redirect_uri=pending.redirect_uri,
-    )
-    # The transaction that stores the tokens writes first (it touches its own used-up state): on SQLite
-    # a transaction that reads and then writes fails if another request wrote in between.
-    await session.execute(
-        update(OAuthState)
-        .where(OAuthState.id == pending.id)
-        .values(consumed_at=OAuthState.consumed_at)
-        .execution_options(synchronize_session=False)
     )
 
     provider = pending.provider
