@@ -28,6 +28,10 @@ from tests.live import serve_in_thread
 JWT_SECRET = "test-secret-" + "x" * 40
 
 os.environ.setdefault("PARLEY_LOG_JSON", "false")
+# Warming the offline recognizers holds the GIL for seconds per decoder: every app a test starts would
+# stall its own event loop (and the audio another test is streaming) while it warms. Tests that are
+# about the pool warm it themselves (tests/voice/test_german_offline.py).
+os.environ.setdefault("PARLEY_VOICE_DECODER_POOL", "0")
 
 
 @pytest.fixture(scope="session", params=["sqlite", pg.ENGINE_NAME])
