@@ -44,8 +44,10 @@ browser:
 		echo "chromium is missing (apt-get install chromium as root); the browser tests will skip, or fail with CI=true"; \
 	fi
 
+# The real-time voice tests (marker `realtime`) run in a process of their own, after the rest.
 pytest: $(STAMP_TEST) browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not realtime"
+	$(BIN)/python -m pytest -m realtime
 
 test: lint typecheck pytest
 

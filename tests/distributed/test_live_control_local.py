@@ -27,6 +27,9 @@ from tests.conftest import JWT_SECRET, auth, make_token
 from tests.live import serve_in_thread
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, FrameTts, LoudnessVad, ScriptedStt
 
+# Real-time audio: run in a process of its own (make test), where no earlier test's threads compete.
+pytestmark = pytest.mark.realtime
+
 # FrameTts speaks every utterance as this many 20 ms frames
 GREETING_FRAMES = 5
 

@@ -31,6 +31,9 @@ from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 from tests.playground.browser import require_browser
 
+# Real-time audio: run in a process of its own (make test), where no earlier test's threads compete.
+pytestmark = pytest.mark.realtime
+
 RATE = 16000
 # Order 12, said as PocketSphinx hears eSpeak's US voice reliably: digits one by one, in one breath,
 # while the collect node's digit grammar is active (see docs/playground.md, "Testing").
