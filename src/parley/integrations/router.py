@@ -115,8 +115,12 @@ async def list_integration_oauth_callback(
             refused = exc
     if refused is not None:
         return error_response(refused.status_code, refused.detail, refused.code, refused.headers)
+    # The tokens are stored in a writing unit of its own (this is a GET, whose session only reads: on
+    # SQLite a read that turns into a write fails when another callback wrote meanwhile). Its session
+    # holds nothing until the code exchange with the provider is over.
     try:
-        out = await service.finish_callback(session, settings, facts, claimed)
+        async with unit_of_work(request.app.state.db, jobs=request.app.state.jobs) as storing:
+            out = await service.finish_callback(storing, settings, facts, claimed)
     except ParleyError as exc:
         return error_response(exc.status_code, exc.detail, exc.code, exc.headers)
     if _wants_html(request):
