@@ -19,6 +19,9 @@ from parley.auth.stream_tokens import issue_stream_token
 from parley.voice.audio import mulaw_to_pcm16, pcm16_to_mulaw
 from tests.voice.pipeline.fakes import TONE
 from tests.voice.pipeline.livevoice import (
+
+# Real-time audio: run in a process of its own (make test), where no earlier test's threads compete.
+pytestmark = pytest.mark.realtime
     call_record_when,
     flow_with,
     new_session,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 import json
 from pathlib import Path
@@ -14,6 +16,9 @@ from websockets.asyncio.client import connect
 from parley.kit.blobs import LocalBlobStore
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, TONE
 from tests.voice.pipeline.livevoice import (
+
+# Real-time audio: run in a process of its own (make test), where no earlier test's threads compete.
+pytestmark = pytest.mark.realtime
     call_of,
     call_record_when,
     close_code,
