@@ -19,9 +19,6 @@ from parley.auth.stream_tokens import issue_stream_token
 from parley.voice.audio import mulaw_to_pcm16, pcm16_to_mulaw
 from tests.voice.pipeline.fakes import TONE
 from tests.voice.pipeline.livevoice import (
-
-# Real-time audio: run in a process of its own (make test), where no earlier test's threads compete.
-pytestmark = pytest.mark.realtime
     call_record_when,
     flow_with,
     new_session,
@@ -379,3 +376,7 @@ async def test_a_silent_phone_caller_is_prompted_then_told_goodbye_and_hung_up(l
     row = wait_ended(live, session_id)
     assert (row["outcome"], row["end_reason"]) == ("abandoned", "caller_silent")
     assert call_record_when(live, session_id)["outcome"] == "abandoned"
+
+
+# Real-time audio: run in a process of its own (make test), where no earlier test's threads compete.
+pytestmark = pytest.mark.realtime

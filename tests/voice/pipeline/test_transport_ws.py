@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 import asyncio
 import json
 from pathlib import Path
@@ -11,14 +9,12 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pytest
 from websockets.asyncio.client import connect
 
 from parley.kit.blobs import LocalBlobStore
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, TONE
 from tests.voice.pipeline.livevoice import (
-
-# Real-time audio: run in a process of its own (make test), where no earlier test's threads compete.
-pytestmark = pytest.mark.realtime
     call_of,
     call_record_when,
     close_code,
@@ -346,3 +342,7 @@ async def test_recording_can_be_switched_off(live: dict[str, Any]) -> None:
     finally:
         settings.voice_recording_max_seconds = before
     assert call["recording_url"] is None
+
+
+# Real-time audio: run in a process of its own (make test), where no earlier test's threads compete.
+pytestmark = pytest.mark.realtime
