@@ -92,3 +92,41 @@ async def test_errors_look_like_fastapis(echo_client: httpx.AsyncClient) -> None
     assert empty_text.status_code == 422 and empty_text.json()["detail"][0]["type"] == "missing"
     wrong_type = await echo_client.post("/echo", content=b"a,b", headers={"Content-Type": "text/csv"})
     assert wrong_type.status_code == 415 and wrong_type.json()["code"] == "unsupported_media_type"
+
+
+async def test_a_client_that_leaves_mid_body_gets_a_400_not_a_server_error() -> None:
+    """Half a body, then the connection drops: a quiet 400 (nothing applied), never a logged 500."""
+    app = make_app()
+    messages = iter(
+        [
+            {"type": "http.request", "body": b'{"name": "hal', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        return next(messages)
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/echo",
+        "raw_path": b"/echo",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"40")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("t", 80),
+    }
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    assert start["status"] == 400
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")  # type: ignore[misc]
+    assert b"closed the connection" in body

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from parley.kit.metrics import DB_UNAVAILABLE
 from parley.kit.responses import JSONBytesResponse
@@ -214,6 +215,17 @@ def install_error_handlers(app: FastAPI) -> None:
         # Logged with its type only: exception text may carry secrets or personal data.
         log.error("unhandled_error", error_type=type(exc).__name__, path=request.url.path, exc_info=exc)
         return error_response(500, "Internal server error. The request was not applied.", "internal_error")
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_left(request: Request, exc: ClientDisconnect) -> JSONBytesResponse:
+        # The client hung up while sending its body: nothing was applied and nobody reads the answer.
+        # Not a server error; counted and logged quietly so a flaky mobile network does not page anyone.
+        log.info("client_disconnected", path=request.url.path, method=request.method)
+        return error_response(
+            400,
+            "The client closed the connection before its request body arrived; nothing was applied.",
+            "bad_request",
+        )
 
     app.add_exception_handler(Exception, _unexpected)
 
