@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterator, MutableMapping
+from typing import Annotated, Any
 
 import httpx
 import pytest
@@ -97,18 +98,18 @@ async def test_errors_look_like_fastapis(echo_client: httpx.AsyncClient) -> None
 async def test_a_client_that_leaves_mid_body_gets_a_400_not_a_server_error() -> None:
     """Half a body, then the connection drops: a quiet 400 (nothing applied), never a logged 500."""
     app = make_app()
-    messages = iter(
+    messages: Iterator[dict[str, Any]] = iter(
         [
             {"type": "http.request", "body": b'{"name": "hal', "more_body": True},
             {"type": "http.disconnect"},
         ]
     )
-    sent: list[dict[str, object]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
-    async def receive() -> dict[str, object]:
+    async def receive() -> dict[str, Any]:
         return next(messages)
 
-    async def send(message: dict[str, object]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     scope = {
@@ -128,5 +129,5 @@ async def test_a_client_that_leaves_mid_body_gets_a_400_not_a_server_error() -> 
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     assert start["status"] == 400
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")  # type: ignore[misc]
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     assert b"closed the connection" in body
