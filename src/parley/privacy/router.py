@@ -10,7 +10,6 @@ from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
 from parley.kit.blobs import BlobStore
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
-from parley.kit.errors import documented
 from parley.kit.schemas import check_e164
 from parley.privacy import service
 from parley.privacy.schemas import (
@@ -95,7 +94,6 @@ async def delete_call(
     "/callers/{phoneNumber}/export",
     summary="Export Caller",
     response_model=CallerExportOut,
-    responses=documented(422),
 )
 async def export_caller(session: DbSession, context: OrgAdmin, phone: PhoneNumber) -> CallerExportOut:
     """Everything stored about one phone number (calls as caller or callee, their signals, the
@@ -107,7 +105,6 @@ async def export_caller(session: DbSession, context: OrgAdmin, phone: PhoneNumbe
     "/callers/{phoneNumber}",
     summary="Delete Caller",
     response_model=CallerDeletedOut,
-    responses=documented(422),
 )
 async def delete_caller(
     request: Request, session: DbSession, context: OrgAdmin, phone: PhoneNumber
