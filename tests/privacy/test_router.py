@@ -14,6 +14,7 @@ from parley.audit.models import AuditEvent
 from parley.brain.models import BrainSignal
 from parley.calls.models import Call
 from parley.kit.db import Database
+from parley.notifications.models import NotificationDelivery
 from parley.privacy.tasks import RETENTION_JOB, expire_all
 from parley.sessions.models import ConversationSession
 from parley.worker import load_tasks
@@ -120,12 +121,28 @@ async def test_only_admins_change_settings_or_delete(client: httpx.AsyncClient, 
 
 
 async def test_delete_one_call_with_recording_and_signals(
-    client: httpx.AsyncClient, app: Any, record: Recorder, db_session: AsyncSession
+    client: httpx.AsyncClient, app: Any, record: Recorder, db_session: AsyncSession, database: Database
 ) -> None:
     org = await _org(client)
     call = await record(org, recording_filename="loeschen.wav", signals=[flow_signal()], caller=CALLER)
     keep = await record(org, session_id="ses_keep", started_at=datetime(2026, 3, 3, tzinfo=UTC))
     await app.state.blobs.put(call.blob_key, wav_bytes(), "audio/wav")
+    signal_id = await db_session.scalar(select(BrainSignal.id).where(BrainSignal.call_id == call.id))
+    async with database.sessionmaker() as session:
+        session.add(
+            NotificationDelivery(
+                id="ntd_privacy_1",
+                organization_id=org,
+                kind="signal",
+                channel_id="nch_x",
+                channel_type="webhook",
+                channel_name="CRM",
+                signal_id=signal_id,
+                status="delivered",
+                payload={"caller": CALLER},
+            )
+        )
+        await session.commit()
     exported = await client.get(f"/api/privacy/calls/{call.id}/export", headers=auth(ALICE, org))
     assert exported.status_code == 200
     assert (
@@ -138,6 +155,7 @@ async def test_delete_one_call_with_recording_and_signals(
     assert not await app.state.blobs.exists(call.blob_key)
     assert (await client.get(f"/api/calls/{call.id}", headers=auth(ALICE, org))).status_code == 404
     assert await db_session.scalar(select(func.count()).where(BrainSignal.call_id == call.id)) == 0
+    assert await db_session.get(NotificationDelivery, "ntd_privacy_1") is None
     assert (await client.get(f"/api/calls/{keep.id}", headers=auth(ALICE, org))).status_code == 200
     events = await _audit(db_session, org, "delete_call")
     assert [(e.resource_type, e.resource_id) for e in events] == [("call", call.id)]

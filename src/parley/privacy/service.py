@@ -36,6 +36,7 @@ from parley.kit.redaction import (
     redactor,
 )
 from parley.kit.tenancy import get_owned, scoped
+from parley.notifications.models import NotificationDelivery
 from parley.privacy.models import PrivacySettings
 from parley.privacy.schemas import (
     CallDeletedOut,
@@ -331,6 +332,21 @@ async def _delete_calls(session: AsyncSession, organization_id: str, rows: Seque
     if not rows:
         return deleted
     ids = [c.id for c in rows]
+    signal_ids = list(
+        await session.scalars(
+            select(BrainSignal.id).where(
+                BrainSignal.organization_id == organization_id, BrainSignal.call_id.in_(ids)
+            )
+        )
+    )
+    if signal_ids:
+        # the notifications sent about these calls' signals carry their details (attempts cascade)
+        await session.execute(
+            delete(NotificationDelivery).where(
+                NotificationDelivery.organization_id == organization_id,
+                NotificationDelivery.signal_id.in_(signal_ids),
+            )
+        )
     await session.execute(
         delete(BrainSignal).where(
             BrainSignal.organization_id == organization_id, BrainSignal.call_id.in_(ids)
