@@ -152,6 +152,11 @@ def _check(data: PrivacySettingsUpdate) -> None:
                     item.pattern,
                 )
             )
+    for kind, text in (data.replacements or {}).items():
+        if len(text) > 60:
+            errors.append(
+                _error(["replacements", kind], "A replacement may be at most 60 characters long.", text[:200])
+            )
     names = [p.name for p in data.custom_patterns or []]
     for name in sorted({n for n in names if names.count(n) > 1}):
         errors.append(_error(["custom_patterns"], f"The pattern name {name!r} is used twice.", name))
