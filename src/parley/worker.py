@@ -22,6 +22,7 @@ TASK_MODULES: tuple[str, ...] = (
     "parley.calls.tasks",  # the brain classifies a call's sentiment with the model
     "parley.privacy.tasks",  # delete calls, recordings and transcripts past their retention
     "parley.sessions.privacy",  # the sessions' personal data, for the privacy jobs (no job of its own)
+    "parley.channels.privacy",  # WhatsApp messages as personal data, for the privacy jobs (no job of its own)
 )
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.audit.models import AuditEvent
 from parley.brain.models import BrainSignal
 from parley.calls.models import Call
+from parley.channels.models import WhatsAppAccount, WhatsAppMessage
 from parley.kit.db import Database
 from parley.notifications.models import NotificationDelivery
 from parley.privacy.tasks import RETENTION_JOB, expire_all
@@ -217,6 +218,45 @@ async def test_export_and_delete_everything_about_a_caller(
                 version=1,
             )
         )
+        # the same person on WhatsApp: the id is the number without its "+"
+        session.add(
+            WhatsAppAccount(
+                id="wa_privacy",
+                organization_id=org,
+                phone_number_id="pn_privacy_1",
+                waba_id="waba_1",
+                display_phone_number="+4930999000",
+                secrets={},
+                verify_token_sha256="0" * 64,
+            )
+        )
+        await session.flush()
+        session.add(
+            ConversationSession(
+                id="ses_wa",
+                organization_id=org,
+                flow_id=None,
+                channel="whatsapp",
+                status="ended",
+                caller=CALLER[1:],
+                state={},
+                version=1,
+            )
+        )
+        for n, direction in enumerate(("in", "out")):
+            session.add(
+                WhatsAppMessage(
+                    id=f"wam_{n}",
+                    organization_id=org,
+                    account_id="wa_privacy",
+                    direction=direction,
+                    wa_id=CALLER[1:],
+                    type="text",
+                    text="Meine IBAN ist DE89 3704 0044 0532 0130 00",
+                    status="processed",
+                    session_id="ses_wa",
+                )
+            )
         await session.commit()
 
     bad = await client.get("/api/privacy/callers/0171-kaputt/export", headers=auth(ALICE, org))
@@ -226,7 +266,8 @@ async def test_export_and_delete_everything_about_a_caller(
     body = exported.json()
     assert body["phone_number"] == CALLER
     assert sorted(c["id"] for c in body["calls"]) == sorted([inbound.id, outbound.id])
-    assert [s["id"] for s in body["sources"]["sessions"]] == ["ses_in"]
+    assert sorted(s["id"] for s in body["sources"]["sessions"]) == ["ses_in", "ses_wa"]
+    assert [m["id"] for m in body["sources"]["whatsapp_messages"]] == ["wam_0", "wam_1"]
     assert body["sources"]["sessions"][0]["transcript"] == [{"text": "hallo"}]
 
     deleted = await client.delete(f"/api/privacy/callers/%2B{CALLER[1:]}", headers=auth(ALICE, org))
@@ -236,7 +277,7 @@ async def test_export_and_delete_everything_about_a_caller(
         "deleted": True,
         "calls": 2,
         "recordings": 1,
-        "sources": {"sessions": 1},
+        "sources": {"sessions": 2, "whatsapp_messages": 2},
     }
     assert not await app.state.blobs.exists(inbound.blob_key)
     remaining = await db_session.scalars(select(Call.id).where(Call.organization_id == org))
@@ -247,7 +288,8 @@ async def test_export_and_delete_everything_about_a_caller(
     (event,) = await _audit(db_session, org, "delete_caller")
     # the audit trail keeps a masked number, not the one that was deleted
     assert event.resource_type == "caller" and event.resource_id == "+49*********78"
-    assert event.details == {"calls": 2, "recordings": 1, "sources": {"sessions": 1}}
+    assert event.details == {"calls": 2, "recordings": 1, "sources": {"sessions": 2, "whatsapp_messages": 2}}
+    assert await db_session.scalar(select(func.count()).where(WhatsAppMessage.organization_id == org)) == 0
 
 
 async def test_retention_job_deletes_old_calls_sessions_and_recordings(

@@ -386,10 +386,16 @@ async def export_call(session: AsyncSession, organization_id: str, call_id: str)
     return CallExportOut(exported_at=utcnow(), call=full.model_dump(mode="json"))
 
 
+def caller_forms(phone: str) -> list[str]:
+    """How a number may be stored: as E.164, and without its ``+`` (WhatsApp ids, ``4917612345678``)."""
+    return [phone, phone[1:]] if phone.startswith("+") else [phone]
+
+
 def _caller_calls(organization_id: str, phone: str) -> Any:
+    forms = caller_forms(phone)
     return (
         scoped(Call, organization_id)
-        .where(or_(Call.caller == phone, Call.callee == phone))
+        .where(or_(Call.caller.in_(forms), Call.callee.in_(forms)))
         .order_by(Call.id)
         .limit(CALLER_LIMIT)
     )

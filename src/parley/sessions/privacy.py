@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.privacy.service import register_holder
+from parley.privacy.service import caller_forms, register_holder
 from parley.sessions.models import ConversationSession
 
 
@@ -39,8 +39,9 @@ def _export(row: ConversationSession) -> dict[str, Any]:
 
 
 def _of_caller(organization_id: str, phone: str) -> Any:
+    forms = caller_forms(phone)
     return (ConversationSession.organization_id == organization_id) & or_(
-        ConversationSession.caller == phone, ConversationSession.callee == phone
+        ConversationSession.caller.in_(forms), ConversationSession.callee.in_(forms)
     )
 
 
