@@ -54,6 +54,8 @@ from parley.notifications.router import router as notifications_router
 from parley.openapi import install_openapi
 from parley.organizations.router import router as organizations_router
 from parley.playground.router import router as playground_router
+from parley.privacy.router import router as privacy_router
+from parley.privacy.tasks import RetentionSweeper
 from parley.providers.router import router as providers_router
 from parley.reporting.router import router as reporting_router
 from parley.sessions.registry import registry_from_settings
@@ -108,6 +110,7 @@ ROUTERS = (
     telephony_admin_router,
     outbound_calls_router,
     integrations_router,
+    privacy_router,
     playground_router,
     console_router,
 )
@@ -145,6 +148,11 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             app.state.jobs, settings.integrations_refresh_interval_seconds
         )
         app.state.token_refresher.start()
+        # Calls, recordings and transcripts past each organization's retention are deleted by a job.
+        app.state.retention_sweeper = RetentionSweeper(
+            app.state.jobs, settings.privacy_retention_interval_seconds
+        )
+        app.state.retention_sweeper.start()
         # SIGTERM drains first: no new sessions, live calls get PARLEY_SHUTDOWN_GRACE_SECONDS to finish.
         signal_drain = SignalDrain(lifecycle_of(app))
         signal_drain.install()
@@ -159,6 +167,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             signal_drain.uninstall()
             shutdown_tracing(app)
             await app.state.token_refresher.stop()
+            await app.state.retention_sweeper.stop()
             await app.state.session_sweeper.stop()
             await app.state.jobs.stop()
             await app.state.live_sessions.stop()
@@ -223,5 +232,5 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
 def create_app_from_env() -> FastAPI:
     """Factory for ``uvicorn --factory`` (multi-worker serving): settings are read when a worker starts."""
     settings = prepare_settings()
-    configure_logging(settings.log_level, settings.log_json)
+    configure_logging(settings.log_level, settings.log_json, redact=settings.log_redaction)
     return create_app(settings)

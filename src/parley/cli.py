@@ -87,7 +87,7 @@ def _run_platform(
 
     from parley.kit.logging import configure_logging
 
-    configure_logging(settings.log_level, settings.log_json)
+    configure_logging(settings.log_level, settings.log_json, redact=settings.log_redaction)
     _prepare_metrics_dir()
     if workers > 1:
         os.environ["PARLEY_HOST"], os.environ["PARLEY_PORT"] = host, str(port)
@@ -308,7 +308,7 @@ def worker(
     from parley.kit.redis import redacted_url
     from parley.worker import run as run_worker
 
-    configure_logging(settings.log_level, settings.log_json)
+    configure_logging(settings.log_level, settings.log_json, redact=settings.log_redaction)
     with _database_errors(settings):
         current = is_current(settings.resolved_database_url)
     if not current:

@@ -188,6 +188,14 @@ class Settings(BaseSettings):
         default=300.0, ge=0, description="How often expiring tokens are refreshed; 0 turns it off."
     )
 
+    # Privacy (docs/privacy.md): how often each organization's retention is applied (0: never, e.g.
+    # when only `parley worker` hosts should queue it), and whether log lines have phone numbers,
+    # e-mail addresses, IBANs and card numbers replaced.
+    privacy_retention_interval_seconds: float = Field(
+        default=3600.0, ge=0, description="How often calls past their retention are deleted; 0 turns it off."
+    )
+    log_redaction: bool = True
+
     # Distributed mode (docs/scale-out.md): with a Redis URL, background jobs go to a Redis queue worked
     # by `parley worker` processes, and rate limits, the live-session registry and session control
     # (pub/sub) are shared by every API process. Without it everything stays in the process.

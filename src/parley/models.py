@@ -19,6 +19,7 @@ from parley.notifications.models import (
     NotificationDelivery,
     NotificationRule,
 )
+from parley.privacy.models import PrivacySettings
 from parley.providers.models import ProviderConfig
 from parley.sessions.models import ConversationSession
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk, SyncLease, TwilioCall
@@ -55,6 +56,7 @@ __all__ = [
     "OAuthState",
     "Organization",
     "PhoneNumber",
+    "PrivacySettings",
     "ProviderConfig",
     "SipTrunk",
     "SyncLease",

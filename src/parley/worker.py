@@ -20,6 +20,9 @@ TASK_MODULES: tuple[str, ...] = (
     "parley.knowledge.tasks",  # ingest (extract, chunk, index) a knowledge document
     "parley.notifications.tasks",  # deliver a notification (webhook, Slack, email), with retries
     "parley.calls.tasks",  # the brain classifies a call's sentiment with the model
+    "parley.privacy.tasks",  # delete calls, recordings and transcripts past their retention
+    "parley.sessions.privacy",  # the sessions' personal data, for the privacy jobs (no job of its own)
+    "parley.channels.privacy",  # WhatsApp messages as personal data, for the privacy jobs (no job of its own)
 )
 
 

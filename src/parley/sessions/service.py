@@ -31,12 +31,14 @@ from parley.kit.errors import Conflict, NotFound
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.tenancy import get_owned, scoped
+from parley.privacy import service as privacy
 from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
 from parley.runtime.engine import FlowEngine, TextSink, TurnResult
 from parley.runtime.ports import CallControlPort
 from parley.runtime.state import ConversationState
 from parley.sessions import locks
+from parley.sessions import privacy as _personal_data  # noqa: F401  (registers the sessions' personal data)
 from parley.sessions.models import ConversationSession
 from parley.sessions.schemas import (
     AgentEventOut,
@@ -176,6 +178,12 @@ async def _save(
     session: AsyncSession, row: ConversationSession, state: ConversationState, llm: PlatformLlm | None
 ) -> None:
     now = utcnow()
+    # With redaction on, personal data is replaced before anything of the conversation is written:
+    # the stored state (transcript, tool calls, the LLM's messages) and the call record built from it.
+    redactor = await privacy.redactor_for(session, row.organization_id)
+    if redactor is not None:
+        data = privacy.redact_state(redactor, state.to_json(), ended=state.status == "ended")
+        state = ConversationState.from_json(data)
     row.state = state.to_json()
     row.last_activity_at = now
     row.language = str(state.variables.get("language") or row.language or "")[:10] or None

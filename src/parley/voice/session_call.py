@@ -31,6 +31,7 @@ from parley.kit.db import unit_of_work
 from parley.kit.errors import NotFound, ParleyError
 from parley.kit.jobs import runner_for
 from parley.kit.lifecycle import lifecycle_of
+from parley.privacy import service as privacy
 from parley.runtime.engine import TextSink
 from parley.runtime.state import ConversationState
 from parley.sessions import locks, service
@@ -220,6 +221,17 @@ async def open_voiced(state: Any, context: OrgContext, session_id: str) -> Opene
             raise Refused(CLOSE_ENDED, exc.detail) from exc
         conversation = ConversationState.from_json(row.state)
         language = (row.language or definition.language)[:2]
+        # The organization's recording notice comes first, before the flow's greeting, on every voice
+        # transport; only at the start of the conversation (not after a failed transfer or once the
+        # caller has spoken).
+        notice = (
+            await privacy.recording_notice(
+                session, context.organization_id, row.language or definition.language
+            )
+            if conversation.transfer is None
+            and not any(t.speaker == "caller" for t in conversation.transcript)
+            else None
+        )
         factory: EnginesFactory | None = getattr(state, "voice_engines", None)
         try:
             if factory is not None:
@@ -236,7 +248,7 @@ async def open_voiced(state: Any, context: OrgContext, session_id: str) -> Opene
         except ParleyError as exc:
             raise Refused(CLOSE_UNAVAILABLE, exc.detail) from exc
     # the flow's opening, or what was said since the caller came back from a failed transfer
-    greeting = conversation.opening_lines()
+    greeting = ([notice] if notice else []) + conversation.opening_lines()
     config = pipeline_config(definition, conversation, language, engines.voice)
     return Opened(context, session_id, config, engines, greeting)
 
