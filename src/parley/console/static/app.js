@@ -1,5 +1,6 @@
 // The console's shell: sign-in, organization and language switches, and the hash router.
 import { get, onUnauthorized, session } from "./api.js";
+import { evaluationPage } from "./evals.js";
 import { flowPage, flowsPage } from "./flows.js";
 import { applyStatic, language, setLanguage, t } from "./i18n.js";
 import {
@@ -17,7 +18,7 @@ const state = { orgs: [], me: null, cleanups: [], route: 0 };
 
 const ROUTES = {
   "": overviewPage, calls: callsPage, call: callPage, signals: signalsPage, flows: flowsPage, flow: flowPage,
-  live: livePage, usage: usagePage, evaluations: evaluationsPage,
+  live: livePage, usage: usagePage, evaluations: evaluationsPage, evaluation: evaluationPage,
 };
 
 function parse() {
@@ -26,7 +27,7 @@ function parse() {
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   let name = parts[0] || "";
   let id = null;
-  if (parts.length > 1 && (name === "calls" || name === "flows")) { id = parts[1]; name = name.slice(0, -1); }
+  if (parts.length > 1 && (name === "calls" || name === "flows" || name === "evaluations")) { id = parts[1]; name = name.slice(0, -1); }
   return { name: name in ROUTES ? name : "", id, query: new URLSearchParams(search || "") };
 }
 
@@ -37,7 +38,7 @@ async function render(moveFocus) {
   const token = ++state.route;
   const view = h("div", { class: "page" });
   ui.view.replaceChildren(view);
-  const section = route.name === "call" ? "calls" : route.name === "flow" ? "flows" : route.name;
+  const section = { call: "calls", flow: "flows", evaluation: "evaluations" }[route.name] || route.name;
   for (const link of ui.nav.querySelectorAll("a")) {
     if (link.dataset.route === section) link.setAttribute("aria-current", "page"); else link.removeAttribute("aria-current");
   }
@@ -112,7 +113,7 @@ ui.signout.addEventListener("click", () => {
 ui.org.addEventListener("change", () => {
   session.org = ui.org.value;
   forgetFlowNames();
-  if (parse().id) location.hash = `#/${parse().name === "call" ? "calls" : "flows"}`;
+  if (parse().id) location.hash = `#/${parse().name}s`;
   else render(false);
 });
 
