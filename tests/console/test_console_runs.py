@@ -22,8 +22,6 @@ from parley.app import create_app
 from parley.calls.models import Call
 from parley.config import Settings, prepare_settings
 from parley.demo.seed import run_seed
-from parley.kit.migrate import upgrade
-from tests import pg
 from tests.conftest import JWT_SECRET, make_token
 from tests.console.test_console import _check, expected_problems, sign_in
 from tests.live import serve_in_thread
@@ -44,21 +42,6 @@ SCENARIOS = [
         "turns": [{"say": "1 5", "expect": [{"contains": "banana"}]}],
     },
 ]
-
-
-@pytest.fixture(scope="module", params=["sqlite", pg.ENGINE_NAME])
-def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('console_runs_db') / 'parley.db'}"
-        upgrade(url)
-        yield url
-        return
-    name, url = pg.create_database("parley_console_runs")
-    try:
-        upgrade(url)
-        yield url
-    finally:
-        pg.drop_database(name)
 
 
 def _wait_for_run(base: str, headers: dict[str, str], run_id: str) -> dict[str, Any]:

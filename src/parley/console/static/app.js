@@ -12,9 +12,9 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   signin: $("signin"), signinForm: $("signin-form"), token: $("token"), signinError: $("signin-error"),
   shell: $("shell"), org: $("org"), lang: $("lang"), langSignin: $("lang-signin"), who: $("who"),
-  signout: $("signout"), view: $("view"), nav: $("nav"),
+  signout: $("signout"), view: $("view"), nav: $("nav"), providerLogin: $("provider-login"), providerLink: $("provider-link"),
 };
-const state = { orgs: [], me: null, cleanups: [], route: 0 };
+const state = { orgs: [], me: null, cleanups: [], route: 0, provider: null };
 
 const ROUTES = {
   "": overviewPage, calls: callsPage, call: callPage, signals: signalsPage, flows: flowsPage, flow: flowPage,
@@ -56,6 +56,44 @@ async function render(moveFocus) {
   const title = view.querySelector("h1");
   document.title = `${title ? title.textContent + " · " : ""}${t("app.name")}`;
   if (moveFocus && title) title.focus();  // after navigation, screen readers start at the new page
+}
+
+/** "Sign in with <provider>" when this server has an identity provider's login configured. */
+async function offerProvider() {
+  try {
+    const response = await fetch("/api/auth/login", { credentials: "omit", cache: "no-store" });
+    const options = response.ok ? await response.json() : { enabled: false };
+    state.provider = options.enabled ? options : null;
+  } catch (error) {
+    state.provider = null;
+  }
+  labelProvider();
+}
+
+function labelProvider() {
+  ui.providerLogin.hidden = !state.provider;
+  if (!state.provider) return;
+  ui.providerLink.href = state.provider.start_path;
+  ui.providerLink.textContent = t("signin.provider", { provider: state.provider.provider });
+}
+
+/** Back from the identity provider: take the finished sign-in's token over (once), or say why not. */
+async function completeProviderSignin(query) {
+  history.replaceState(null, "", "/console#/");
+  if (query.get("error")) {
+    showSignin(`${t("signin.provider_failed")} ${query.get("error")}`);
+    return;
+  }
+  try {
+    const response = await fetch("/api/auth/login/token", { method: "POST", credentials: "same-origin", cache: "no-store" });
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) { showSignin(`${t("signin.provider_failed")} ${data.detail || response.status}`); return; }
+    session.token = data.token;
+  } catch (error) {
+    showSignin(t("error.network"));
+    return;
+  }
+  signIn();
 }
 
 function showSignin(text) {
@@ -122,6 +160,7 @@ for (const select of [ui.lang, ui.langSignin]) {
     setLanguage(select.value);
     ui.lang.value = ui.langSignin.value = select.value;
     applyStatic();
+    labelProvider();
     if (session.token && !ui.shell.hidden) signIn();
   });
 }
@@ -135,4 +174,7 @@ window.addEventListener("hashchange", () => render(true));
 
 ui.lang.value = ui.langSignin.value = language();
 applyStatic();
-if (session.token) signIn(); else showSignin("");
+offerProvider();
+const arrival = parse();
+if (location.hash.startsWith("#/signin?")) completeProviderSignin(arrival.query);
+else if (session.token) signIn(); else showSignin("");
