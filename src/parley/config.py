@@ -310,7 +310,9 @@ def prepare_settings(settings: Settings | None = None) -> Settings:
                 "PARLEY_LOGIN_AUTHORIZE_URL, PARLEY_LOGIN_TOKEN_URL and PARLEY_LOGIN_USERINFO_URL together."
             )
         if not all(url.startswith(("https://", "http://")) for url in login if url):
-            raise ConfigError("PARLEY_LOGIN_AUTHORIZE_URL, _TOKEN_URL and _USERINFO_URL must be http(s) URLs.")
+            raise ConfigError(
+                "PARLEY_LOGIN_AUTHORIZE_URL, _TOKEN_URL and _USERINFO_URL must be http(s) URLs."
+            )
     for entry in settings.outbound_allowlist:
         _check_allowlist_entry(entry)
     if settings.redis_url is not None:

@@ -94,7 +94,9 @@ async def test_the_page_has_no_inline_code_and_every_file_it_names_is_served(
     voice = static.joinpath("voice.js").read_text()  # the audio side, shared with the operator console
     modules = re.findall(r'addModule\("(/playground/[^"]+)"\)', voice)
     assert modules == ["/playground/pcm.js", "/playground/capture-worklet.js"]
-    imported = [f"/playground/{name}" for name in re.findall(r'(?:from |import )"\./([^"]+)"', script + voice)]
+    imported = [
+        f"/playground/{name}" for name in re.findall(r'(?:from |import )"\./([^"]+)"', script + voice)
+    ]
     assert set(imported) == {"/playground/voice.js", "/playground/pcm.js"}
     named = [s for s in page.scripts if s] + [h for h in page.links if h.startswith("/")] + modules + imported
     for path in named:
