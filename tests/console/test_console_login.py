@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from parley.app import create_app
-from parley.config import Settings, prepare_settings
+from parley.config import ConfigError, Settings, prepare_settings
 from parley.login import service
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
@@ -174,3 +174,19 @@ def test_the_button_is_offered_only_where_configured(
         assert page.get_by_role("link", name=re.compile("Sign in with")).count() == 0
         missing = httpx.get(f"{base}/api/auth/login/start")
         assert missing.status_code == 404 and "No identity provider" in missing.json()["detail"]
+
+
+def test_a_tampered_or_expired_state_cookie_is_not_taken(tmp_path: Any) -> None:
+    settings = _settings(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'x.db'}", "http://127.0.0.1:9")
+    _, cookie = service.start(settings, "http://127.0.0.1:8000")
+    assert service.unseal(settings, cookie, "state") is not None
+    body, mac = cookie.split(".")
+    assert service.unseal(settings, f"{body}x.{mac}", "state") is None  # changed
+    assert service.unseal(settings, cookie, "token") is None  # another kind
+    expired = service.seal(settings, {"kind": "state", "state": "s", "verifier": "v", "exp": 1})
+    assert service.unseal(settings, expired, "state") is None
+
+
+def test_half_a_login_configuration_is_refused_at_start(tmp_path: Any) -> None:
+    with pytest.raises(ConfigError, match="PARLEY_LOGIN_CLIENT_ID"):
+        prepare_settings(Settings(data_dir=tmp_path, login_client_id="parley-console"))
