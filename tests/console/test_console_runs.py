@@ -5,11 +5,13 @@ seeded against the real order connector over HTTP, evaluation runs worked by the
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -173,6 +175,12 @@ def browser(platform: dict[str, Any]) -> Iterator[Any]:
             browser.close()
 
 
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = os.environ.get("PARLEY_CONSOLE_SCREENSHOTS")
+    return Path(folder) if folder else tmp_path_factory.mktemp("console-screenshots-runs")
+
+
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 900}, locale="en-GB")
@@ -189,7 +197,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 def test_a_run_shows_its_scenarios_and_highlights_the_failed_expectation(
-    page: Any, platform: dict[str, Any]
+    page: Any, platform: dict[str, Any], shots: Path
 ) -> None:
     run = platform["run"]
     assert run["counts"]["passed"] == 1 and run["counts"]["failed"] == 1, run
@@ -223,6 +231,11 @@ def test_a_run_shows_its_scenarios_and_highlights_the_failed_expectation(
     colour = page.evaluate("(el) => getComputedStyle(el).outlineStyle", turn.element_handle())
     assert colour == "solid"
     assert failed.locator("li.agent:not(.failed-turn)").count() == 1  # the opening was fine
+    page.screenshot(path=str(shots / "08-evaluation-run.png"), full_page=True)
+    # the keyboard opens a folded scenario
+    passed.locator("summary").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => document.querySelector(\"details.scenario[data-status='passed']\").open")
     # only the failures, when asked
     page.locator("#r-status").select_option("failed")
     page.locator(".list-status", has_text="1 shown").wait_for()
@@ -237,7 +250,7 @@ def test_an_unknown_run_is_explained(page: Any, platform: dict[str, Any]) -> Non
 
 
 def test_the_draft_and_the_published_version_are_tried_in_place_with_tools_and_latency(
-    page: Any, platform: dict[str, Any]
+    page: Any, platform: dict[str, Any], shots: Path
 ) -> None:
     base, headers, flow = platform["url"], platform["headers"], platform["flow"]
     current = _check(httpx.get(f"{base}/api/flows/{flow}", headers=headers))
@@ -272,6 +285,7 @@ def test_the_draft_and_the_published_version_are_tried_in_place_with_tools_and_l
     assert rows.count() == 2
     assert all(float(str(rows.nth(i).get_attribute("data-answer-ms"))) > 0 for i in range(2))
     assert rows.nth(1).locator("td").nth(4).text_content() != "–"  # the tool's time in the second turn
+    page.screenshot(path=str(shots / "09-try-the-draft.png"), full_page=True)
     page.get_by_role("button", name="End", exact=True).click()
     page.get_by_text("The conversation has ended").wait_for()
     assert not expected_problems(page), page.problems
