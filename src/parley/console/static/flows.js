@@ -135,6 +135,7 @@ function testPanel(ctx, flow) {
   const send = h("button", { type: "submit", disabled: true }, t("test.send"));
   const form = h("form", { class: "row" }, h("label", { for: "test-message", class: "visually-hidden" }, t("test.message")), input, send);
   const played = h("output", { id: "test-played", dataset: { ms: "0" } }, "0.0 s");
+  const playedLine = h("p", { class: "help", hidden: true }, t("test.played"), " ", played);
   const metricsBody = h("tbody");
   const metrics = table(null, [
     { label: t("call.turn_col") }, { label: t("test.answer_ms"), class: "num" }, { label: t("metric.stt"), class: "num" },
@@ -243,6 +244,7 @@ function testPanel(ctx, flow) {
     start.disabled = true;
     const draft = target.value === "draft";
     const voiced = mode.value === "voice";
+    playedLine.hidden = !voiced;
     try {
       const body = draft ? { flow_id: ctx.id, channel: "test", draft: true, voiced } : { flow_id: ctx.id, channel: "web", voiced };
       if (voiced) {
@@ -301,7 +303,7 @@ function testPanel(ctx, flow) {
       h("div", { class: "field inline" }, h("label", { for: "test-target" }, t("test.target")), target),
       h("div", { class: "field inline" }, h("label", { for: "test-mode" }, t("test.mode")), mode)),
     h("div", { class: "row" }, start, mic, end), form, state, log, partial,
-    h("p", { class: "help" }, t("test.played"), " ", played),
+    playedLine,
     h("h3", {}, t("test.latency")), h("p", { class: "help" }, t("test.latency_help")), h("div", { class: "table-wrap flat" }, metrics),
     h("h3", {}, t("call.tools")), tools);
   return panel;
