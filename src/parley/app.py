@@ -48,6 +48,7 @@ from parley.kit.tracing import install_tracing, instrument_engine, shutdown_trac
 from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
 from parley.llm.router import router as llm_router
+from parley.login.router import router as login_router
 from parley.monitoring.router import live_router as live_sessions_router
 from parley.monitoring.router import router as monitoring_router
 from parley.notifications.router import router as notifications_router
@@ -112,6 +113,7 @@ ROUTERS = (
     integrations_router,
     privacy_router,
     playground_router,
+    login_router,
     console_router,
 )
 

@@ -179,6 +179,19 @@ class Settings(BaseSettings):
         description="A voiced session's stereo recording keeps its first this many seconds; 0 records nothing.",
     )
 
+    # Signing in to the console through an identity provider (docs/console.md): an OAuth 2.0 / OpenID
+    # Connect provider's authorization code flow with PKCE, done by the server as a confidential client.
+    # The person's subject is the provider's userinfo `sub`; Parley then issues its own login JWT (HS256,
+    # so PARLEY_AUTH_JWT_SECRET must be available). Off unless the client id and the three URLs are set.
+    login_provider_name: str = Field(default="identity provider", min_length=1, max_length=60)
+    login_authorize_url: str | None = None
+    login_token_url: str | None = None
+    login_userinfo_url: str | None = None
+    login_client_id: str | None = None
+    login_client_secret: SecretStr | None = None
+    login_scopes: str = Field(default="openid email profile", max_length=500)
+    login_token_ttl_seconds: int = Field(default=8 * 3600, ge=300, le=7 * 86400)
+
     # OAuth2 integrations: origins (scheme://host[:port]) a connect's return_to may name besides
     # public_url; how long a pending state lives; how early and how often tokens are refreshed.
     integrations_return_to_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -297,6 +310,17 @@ def prepare_settings(settings: Settings | None = None) -> Settings:
         raise ConfigError("PARLEY_AUTH_JWKS_URL must be an http(s) URL.")
     if settings.auth_jwt_secret is not None and len(settings.auth_jwt_secret.get_secret_value()) < 32:
         raise ConfigError("PARLEY_AUTH_JWT_SECRET must be at least 32 characters long.")
+    login = (settings.login_authorize_url, settings.login_token_url, settings.login_userinfo_url)
+    if settings.login_client_id or any(login):
+        if not (settings.login_client_id and all(login)):
+            raise ConfigError(
+                "Signing in through an identity provider needs PARLEY_LOGIN_CLIENT_ID, "
+                "PARLEY_LOGIN_AUTHORIZE_URL, PARLEY_LOGIN_TOKEN_URL and PARLEY_LOGIN_USERINFO_URL together."
+            )
+        if not all(url.startswith(("https://", "http://")) for url in login if url):
+            raise ConfigError(
+                "PARLEY_LOGIN_AUTHORIZE_URL, _TOKEN_URL and _USERINFO_URL must be http(s) URLs."
+            )
     for entry in settings.outbound_allowlist:
         _check_allowlist_entry(entry)
     if settings.redis_url is not None:

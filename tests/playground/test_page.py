@@ -89,10 +89,16 @@ async def test_the_page_has_no_inline_code_and_every_file_it_names_is_served(
     page.feed((await client.get("/playground")).text)
     assert page.inline == []
     assert page.scripts and all(src and src.startswith("/playground/") for src in page.scripts)
-    script = resources.files("parley.playground").joinpath("static", "playground.js").read_text()
-    modules = re.findall(r'addModule\("(/playground/[^"]+)"\)', script)
+    static = resources.files("parley.playground").joinpath("static")
+    script = static.joinpath("playground.js").read_text()
+    voice = static.joinpath("voice.js").read_text()  # the audio side, shared with the operator console
+    modules = re.findall(r'addModule\("(/playground/[^"]+)"\)', voice)
     assert modules == ["/playground/pcm.js", "/playground/capture-worklet.js"]
-    named = [s for s in page.scripts if s] + [h for h in page.links if h.startswith("/")] + modules
+    imported = [
+        f"/playground/{name}" for name in re.findall(r'(?:from |import )"\./([^"]+)"', script + voice)
+    ]
+    assert set(imported) == {"/playground/voice.js", "/playground/pcm.js"}
+    named = [s for s in page.scripts if s] + [h for h in page.links if h.startswith("/")] + modules + imported
     for path in named:
         response = await client.get(path)
         assert response.status_code == 200, path

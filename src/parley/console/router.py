@@ -31,6 +31,7 @@ ASSETS: dict[str, str] = {
     "graph.js": _JS,
     "pages.js": _JS,
     "flows.js": _JS,
+    "evals.js": _JS,
     "console.css": "text/css; charset=utf-8",
 }
 

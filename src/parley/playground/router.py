@@ -24,6 +24,7 @@ router = APIRouter(tags=["Playground"])
 ASSETS: dict[str, str] = {
     "playground.js": "text/javascript; charset=utf-8",
     "pcm.js": "text/javascript; charset=utf-8",
+    "voice.js": "text/javascript; charset=utf-8",
     "capture-worklet.js": "text/javascript; charset=utf-8",
     "playground.css": "text/css; charset=utf-8",
 }

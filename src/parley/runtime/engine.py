@@ -655,6 +655,11 @@ class FlowEngine:
                     "tool": outcome.tool_name,
                     "status": outcome.status,
                     "http_status": outcome.http_status,
+                    # what was asked and answered, for the pages that show a conversation as it happens
+                    "arguments": arguments,
+                    "result": outcome.result,
+                    "error": outcome.error,
+                    "latency_ms": outcome.latency_ms,
                 },
             )
         )

@@ -1,5 +1,6 @@
 // The console's shell: sign-in, organization and language switches, and the hash router.
 import { get, onUnauthorized, session } from "./api.js";
+import { evaluationPage } from "./evals.js";
 import { flowPage, flowsPage } from "./flows.js";
 import { applyStatic, language, setLanguage, t } from "./i18n.js";
 import {
@@ -11,13 +12,13 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   signin: $("signin"), signinForm: $("signin-form"), token: $("token"), signinError: $("signin-error"),
   shell: $("shell"), org: $("org"), lang: $("lang"), langSignin: $("lang-signin"), who: $("who"),
-  signout: $("signout"), view: $("view"), nav: $("nav"),
+  signout: $("signout"), view: $("view"), nav: $("nav"), providerLogin: $("provider-login"), providerLink: $("provider-link"),
 };
-const state = { orgs: [], me: null, cleanups: [], route: 0 };
+const state = { orgs: [], me: null, cleanups: [], route: 0, provider: null };
 
 const ROUTES = {
   "": overviewPage, calls: callsPage, call: callPage, signals: signalsPage, flows: flowsPage, flow: flowPage,
-  live: livePage, usage: usagePage, evaluations: evaluationsPage,
+  live: livePage, usage: usagePage, evaluations: evaluationsPage, evaluation: evaluationPage,
 };
 
 function parse() {
@@ -26,7 +27,7 @@ function parse() {
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   let name = parts[0] || "";
   let id = null;
-  if (parts.length > 1 && (name === "calls" || name === "flows")) { id = parts[1]; name = name.slice(0, -1); }
+  if (parts.length > 1 && (name === "calls" || name === "flows" || name === "evaluations")) { id = parts[1]; name = name.slice(0, -1); }
   return { name: name in ROUTES ? name : "", id, query: new URLSearchParams(search || "") };
 }
 
@@ -37,7 +38,7 @@ async function render(moveFocus) {
   const token = ++state.route;
   const view = h("div", { class: "page" });
   ui.view.replaceChildren(view);
-  const section = route.name === "call" ? "calls" : route.name === "flow" ? "flows" : route.name;
+  const section = { call: "calls", flow: "flows", evaluation: "evaluations" }[route.name] || route.name;
   for (const link of ui.nav.querySelectorAll("a")) {
     if (link.dataset.route === section) link.setAttribute("aria-current", "page"); else link.removeAttribute("aria-current");
   }
@@ -55,6 +56,44 @@ async function render(moveFocus) {
   const title = view.querySelector("h1");
   document.title = `${title ? title.textContent + " · " : ""}${t("app.name")}`;
   if (moveFocus && title) title.focus();  // after navigation, screen readers start at the new page
+}
+
+/** "Sign in with <provider>" when this server has an identity provider's login configured. */
+async function offerProvider() {
+  try {
+    const response = await fetch("/api/auth/login", { credentials: "omit", cache: "no-store" });
+    const options = response.ok ? await response.json() : { enabled: false };
+    state.provider = options.enabled ? options : null;
+  } catch (error) {
+    state.provider = null;
+  }
+  labelProvider();
+}
+
+function labelProvider() {
+  ui.providerLogin.hidden = !state.provider;
+  if (!state.provider) return;
+  ui.providerLink.href = state.provider.start_path;
+  ui.providerLink.textContent = t("signin.provider", { provider: state.provider.provider });
+}
+
+/** Back from the identity provider: take the finished sign-in's token over (once), or say why not. */
+async function completeProviderSignin(query) {
+  history.replaceState(null, "", "/console#/");
+  if (query.get("error")) {
+    showSignin(`${t("signin.provider_failed")} ${query.get("error")}`);
+    return;
+  }
+  try {
+    const response = await fetch("/api/auth/login/token", { method: "POST", credentials: "same-origin", cache: "no-store" });
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) { showSignin(`${t("signin.provider_failed")} ${data.detail || response.status}`); return; }
+    session.token = data.token;
+  } catch (error) {
+    showSignin(t("error.network"));
+    return;
+  }
+  signIn();
 }
 
 function showSignin(text) {
@@ -112,7 +151,7 @@ ui.signout.addEventListener("click", () => {
 ui.org.addEventListener("change", () => {
   session.org = ui.org.value;
   forgetFlowNames();
-  if (parse().id) location.hash = `#/${parse().name === "call" ? "calls" : "flows"}`;
+  if (parse().id) location.hash = `#/${parse().name}s`;
   else render(false);
 });
 
@@ -121,6 +160,7 @@ for (const select of [ui.lang, ui.langSignin]) {
     setLanguage(select.value);
     ui.lang.value = ui.langSignin.value = select.value;
     applyStatic();
+    labelProvider();
     if (session.token && !ui.shell.hidden) signIn();
   });
 }
@@ -134,4 +174,7 @@ window.addEventListener("hashchange", () => render(true));
 
 ui.lang.value = ui.langSignin.value = language();
 applyStatic();
-if (session.token) signIn(); else showSignin("");
+offerProvider();
+const arrival = parse();
+if (location.hash.startsWith("#/signin?")) completeProviderSignin(arrival.query);
+else if (session.token) signIn(); else showSignin("");

@@ -203,17 +203,24 @@ export async function callPage(view, ctx) {
     const note = h("p", { class: "help" }, t("call.stereo"));
     const state = h("div", { role: "status" }, h("span", { class: "muted" }, t("call.recording_loading")));
     recording.append(state);
-    try {
-      const response = await fetchRaw("GET", call.recording_url);
-      const blob = await response.blob();
-      const source = URL.createObjectURL(new Blob([blob], { type: "audio/wav" }));
-      audio.src = source;
-      ctx.cleanup(() => URL.revokeObjectURL(source));
-      state.replaceChildren();
-      recording.append(audio, note);
-    } catch (error) {
-      state.replaceChildren(message("error", t("call.recording_failed") + " " + explain(error)));
-    }
+    const load = async () => {
+      state.replaceChildren(h("span", { class: "muted" }, t("call.recording_loading")));
+      try {
+        const response = await fetchRaw("GET", call.recording_url);
+        const blob = await response.blob();
+        const source = URL.createObjectURL(new Blob([blob], { type: "audio/wav" }));
+        audio.src = source;
+        ctx.cleanup(() => URL.revokeObjectURL(source));
+        state.replaceChildren();
+        recording.append(audio, note);
+      } catch (error) {
+        // a 404 for a call's own recording: the file is not in storage yet (still being written or uploaded)
+        const text = error.status === 404 ? t("call.recording_pending") : `${t("call.recording_failed")} ${explain(error)}`;
+        const retry = h("button", { type: "button", class: "secondary small", onclick: load }, t("call.recording_retry"));
+        state.replaceChildren(h("div", { class: "message error", role: "alert", id: "recording-problem" }, h("p", {}, text), retry));
+      }
+    };
+    await load();
   } else {
     recording.append(h("p", { class: "muted" }, call.channel === "web" || call.channel === "test" ? t("call.no_recording_text") : t("call.no_recording")));
   }
@@ -451,7 +458,8 @@ export async function evaluationsPage(view, ctx) {
     async (items) => items.map((run) => {
       const counts = run.counts || {};
       return h("tr", { dataset: { runId: run.id } },
-        cell(fmtDateTime(run.created_at)), cell(run.suite_name || run.dataset_id || "–"),
+        cell(h("a", { href: `#/evaluations/${encodeURIComponent(run.id)}`, "aria-label": t("evals.open_run", { suite: run.suite_name || run.dataset_id, when: fmtDateTime(run.created_at) }) },
+          fmtDateTime(run.created_at))), cell(run.suite_name || run.dataset_id || "–"),
         cell(`${run.flow_name || run.flow_id || "–"} ${run.flow_version ? "v" + run.flow_version : t("evals.draft")}`),
         cell(run.mode || "–"), cell([badge(`run-${run.status}`, t(`evals.state.${run.status}`)), " ", verdict(run)]),
         cell(`${fmtNumber(run.done)} / ${fmtNumber(run.total)}`, "num"),

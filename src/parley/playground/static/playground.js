@@ -1,8 +1,9 @@
 // Parley playground: pick a flow, start a session, talk by microphone (WebSocket audio) or by typing.
-// No framework, no build step. The token lives in this closure only.
-"use strict";
-(function () {
-  const RATE = 16000;
+// No framework, no build step. The token lives in this module only. The audio side (microphone,
+// playback, the audio WebSocket) is voice.js, which the operator console uses too.
+import { VoiceLine, audioContext } from "./voice.js";
+
+{
   const $ = (id) => document.getElementById(id);
   const ui = {
     connectForm: $("connect-form"), token: $("token"), org: $("org"),
@@ -12,7 +13,7 @@
     status: $("status"), log: $("log"), partial: $("partial"), played: $("played"),
     metrics: document.querySelector("#metrics tbody"), tools: $("tools"),
   };
-  const state = { session: null, socket: null, capture: null, context: null, player: null, worklet: null };
+  const state = { session: null, line: null };
 
   // --- the API ----------------------------------------------------------------------------------
 
@@ -106,139 +107,15 @@
     ui.mic.disabled = !live;
     ui.message.disabled = !live;
     ui.send.disabled = !live;
-    const on = Boolean(state.capture);
+    const on = Boolean(state.line && state.line.listening);
     ui.mic.setAttribute("aria-pressed", String(on));
     ui.mic.textContent = on ? "Stop microphone" : "Start microphone";
-  }
-
-  // --- agent audio: gapless playback through Web Audio ----------------------------------------
-
-  class Player {
-    constructor(context) {
-      this.context = context;
-      this.output = context.createGain();
-      this.output.connect(context.destination);
-      this.next = 0;
-      this.sources = new Set();
-      this.playedMs = 0;
-    }
-
-    enqueue(buffer) {
-      const samples = ParleyPcm.toFloat32(new Int16Array(buffer));
-      if (!samples.length) return;
-      const audio = this.context.createBuffer(1, samples.length, RATE);
-      audio.copyToChannel(samples, 0);
-      const source = this.context.createBufferSource();
-      source.buffer = audio;
-      source.connect(this.output);
-      const now = this.context.currentTime;
-      // A fresh run of speech starts 60 ms from now (a little room for network jitter); later frames
-      // follow sample-exactly after the previous one.
-      if (this.next < now + 0.005) this.next = now + 0.06;
-      source.start(this.next);
-      this.next += audio.duration;
-      this.sources.add(source);
-      source.onended = () => {
-        this.sources.delete(source);
-        this.playedMs += audio.duration * 1000;
-        ui.played.dataset.ms = String(Math.round(this.playedMs));
-        ui.played.textContent = (this.playedMs / 1000).toFixed(1) + " s";
-      };
-    }
-
-    clear() {
-      this.dropped = (this.dropped || 0) + this.sources.size;
-      ui.played.dataset.dropped = String(this.dropped);  // buffers cut off by the caller (barge-in)
-      for (const source of this.sources) {
-        source.onended = null;
-        try { source.stop(); } catch (error) { /* not started yet */ }
-      }
-      this.sources.clear();
-      this.next = 0;
-    }
-  }
-
-  async function audioContext() {
-    if (!state.context) {
-      const Context = window.AudioContext || window.webkitAudioContext;
-      state.context = new Context({ latencyHint: "interactive" });
-      state.player = new Player(state.context);
-    }
-    if (state.context.state === "suspended") await state.context.resume();
-    return state.context;
-  }
-
-  // --- microphone: capture, resample to 16 kHz PCM16, 20 ms frames --------------------------------
-
-  async function startCapture(send) {
-    if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
-      throw new Error("This browser gives no microphone here (it needs https or localhost).");
-    }
-    const context = await audioContext();
-    const echo = ui.echo.checked;
-    const stream = await navigator.mediaDevices.getUserMedia({
-      audio: { channelCount: 1, echoCancellation: echo, noiseSuppression: echo, autoGainControl: echo },
-    });
-    const source = context.createMediaStreamSource(stream);
-    const mute = context.createGain();
-    mute.gain.value = 0;  // processors must reach the destination to run; the caller hears nothing
-    mute.connect(context.destination);
-    let node;
-    if (context.audioWorklet && window.AudioWorkletNode) {
-      if (!state.worklet) {  // once per audio context: a processor name can be registered only once
-        state.worklet = context.audioWorklet.addModule("/playground/pcm.js")
-          .then(() => context.audioWorklet.addModule("/playground/capture-worklet.js"))
-          .catch((error) => { state.worklet = null; throw error; });
-      }
-      await state.worklet;
-      node = new AudioWorkletNode(context, "parley-pcm-capture", { numberOfInputs: 1, numberOfOutputs: 1 });
-      node.port.onmessage = (message) => send(message.data);
-    } else {
-      const downsampler = new ParleyPcm.Downsampler(context.sampleRate, RATE);
-      const framer = new ParleyPcm.Framer(send);
-      node = context.createScriptProcessor(2048, 1, 1);
-      node.onaudioprocess = (event) => framer.push(downsampler.process(event.inputBuffer.getChannelData(0)));
-    }
-    source.connect(node);
-    node.connect(mute);
-    return {
-      stop() {
-        source.disconnect();
-        node.disconnect();
-        if (node.port) node.port.onmessage = null;
-        for (const track of stream.getTracks()) track.stop();
-      },
-    };
-  }
-
-  function stopCapture() {
-    if (state.capture) state.capture.stop();
-    state.capture = null;
-    ui.speaking.hidden = true;
-    controls();
-  }
-
-  function listen() {
-    setStatus("Starting the microphone…");
-    startCapture((frame) => {
-      if (state.socket && state.socket.readyState === WebSocket.OPEN) state.socket.send(frame);
-    }).then((capture) => {
-      if (!state.socket) { capture.stop(); return; }
-      state.capture = capture;
-      controls();
-      setStatus("Listening. Speak now.");
-    }).catch((error) => {
-      setStatus("Microphone: " + error.message, true);
-    });
   }
 
   // --- the audio WebSocket --------------------------------------------------------------------------
 
   function onEvent(event) {
     switch (event.type) {
-      case "ready":
-        listen();
-        break;
       case "speech":
         ui.speaking.hidden = !event.speaking;
         break;
@@ -260,7 +137,6 @@
         addMetrics(event);
         break;
       case "interruption":
-        if (state.player) state.player.clear();
         addLine("note", "You interrupted the agent.");
         break;
       case "warning":
@@ -277,47 +153,54 @@
     }
   }
 
-  async function openSocket() {
-    await audioContext();  // inside the click: browsers only start audio after a gesture
-    const grant = await api("POST", `/api/sessions/${encodeURIComponent(state.session)}/audio-token`);
-    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    const socket = new WebSocket(`${scheme}//${location.host}${grant.audio_path}?token=${encodeURIComponent(grant.token)}`);
-    socket.binaryType = "arraybuffer";
-    state.socket = socket;
+  function onState(name, detail) {
+    switch (name) {
+      case "connecting": setStatus("Connecting the microphone…"); break;
+      case "starting": setStatus("Starting the microphone…"); break;
+      case "listening": setStatus("Listening. Speak now."); break;
+      case "muted": setStatus("Microphone off. Type, or start the microphone again."); break;
+      case "mic-failed":
+        setStatus("Microphone: " + (detail && detail.message === "no-microphone"
+          ? "This browser gives no microphone here (it needs https or localhost)." : (detail && detail.message) || detail), true);
+        break;
+      case "refused":
+        state.line = null;
+        setStatus(`The audio connection was refused (${detail}).`, true);
+        break;
+      case "dropped": sessionEnded("abandoned", "connection closed"); break;
+      default: break;
+    }
+    ui.speaking.hidden = ui.speaking.hidden || !(state.line && state.line.listening);
     controls();
-    setStatus("Connecting the microphone…");
-    socket.onmessage = (message) => {
-      if (typeof message.data === "string") {
-        let event;
-        try { event = JSON.parse(message.data); } catch (error) { return; }
-        onEvent(event);
-      } else if (state.player) {
-        state.player.enqueue(message.data);
-      }
-    };
-    socket.onclose = (close) => {
-      if (state.socket !== socket) return;
-      state.socket = null;
-      stopCapture();
-      if (close.code >= 4000) {
-        // refused (authentication, role, unknown or ended session, rate limit, engines unavailable)
-        setStatus(`The audio connection was refused (${close.code}${close.reason ? ": " + close.reason : ""}).`, true);
-      } else if (state.session) {
-        // the server ends a session whose audio connection drops
-        sessionEnded("abandoned", "connection closed");
-      }
-      controls();
-    };
+  }
+
+  async function openSocket() {
+    const line = new VoiceLine({
+      event: onEvent,
+      state: onState,
+      played: (ms) => {
+        ui.played.dataset.ms = String(Math.round(ms));
+        ui.played.textContent = (ms / 1000).toFixed(1) + " s";
+      },
+      dropped: (n) => { ui.played.dataset.dropped = String(n); },
+    }, { echo: ui.echo.checked });
+    state.line = line;
+    try {
+      await audioContext();  // inside the click: browsers only start audio after a gesture
+      const grant = await api("POST", `/api/sessions/${encodeURIComponent(state.session)}/audio-token`);
+      await line.open(grant);
+    } catch (error) {
+      state.line = null;
+      throw error;
+    }
+    controls();
   }
 
   function sessionEnded(outcome, reason) {
     state.session = null;
-    stopCapture();
-    if (state.socket) {
-      const socket = state.socket;
-      state.socket = null;
-      if (socket.readyState === WebSocket.OPEN) socket.close(1000);
-    }
+    if (state.line) state.line.close();
+    state.line = null;
+    ui.speaking.hidden = true;
     controls();
     setStatus(`The session has ended (${[outcome, reason].filter(Boolean).join(", ") || "ended"}).`);
   }
@@ -376,10 +259,7 @@
   ui.end.addEventListener("click", async () => {
     const id = state.session;
     if (!id) return;
-    if (state.socket && state.socket.readyState === WebSocket.OPEN) {
-      state.socket.send(JSON.stringify({ type: "end" }));  // the server ends it and sends "end"
-      return;
-    }
+    if (state.line && state.line.end()) return;  // the server ends it and sends "end"
     try {
       const row = await api("POST", `/api/sessions/${encodeURIComponent(id)}/end`);
       sessionEnded(row.outcome, row.end_reason);
@@ -389,13 +269,13 @@
   });
 
   ui.mic.addEventListener("click", async () => {
-    if (state.capture) {  // muting keeps the connection (and the session) open
-      stopCapture();
-      setStatus("Microphone off. Type, or start the microphone again.");
+    if (state.line && state.line.listening) {  // muting keeps the connection (and the session) open
+      state.line.mute();
+      ui.speaking.hidden = true;
       return;
     }
     try {
-      if (state.socket) listen();
+      if (state.line && state.line.connected) state.line.listen();
       else await openSocket();
     } catch (error) {
       setStatus("Could not start the microphone: " + error.message, true);
@@ -417,4 +297,4 @@
   });
 
   controls();
-})();
+}

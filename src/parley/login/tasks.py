@@ -1,0 +1,1 @@
+"""No background jobs: a sign-in is one browser round trip."""
