@@ -172,7 +172,9 @@ async def refresh_integration_connection(
     try:
         # Short units of its own: no transaction is open (nor authentication's read) while the provider answers.
         await release_reader(request)
-        row = await service.refresh_now(request.app.state.db, settings, context.organization_id, connection_id)
+        row = await service.refresh_now(
+            request.app.state.db, settings, context.organization_id, connection_id
+        )
     except oauth.OAuthProviderError as exc:
         # Returned, not raised, so the audit event of the attempt is committed.
         return error_response(exc.status_code, exc.detail, exc.code)

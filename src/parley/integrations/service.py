@@ -865,7 +865,9 @@ async def _refresh(
     claimed = seen.version + 1
     try:
         # No transaction is open here: the provider may take its time without holding a row or a lock.
-        tokens = await oauth.refresh(outbound_policy(settings), settings.outbound_timeout, config, seen.refresh)
+        tokens = await oauth.refresh(
+            outbound_policy(settings), settings.outbound_timeout, config, seen.refresh
+        )
     except oauth.OAuthProviderError as exc:
         fatal = exc.error in FATAL_REFRESH_ERRORS
         await _settle(db, settings, connection_id, claimed, failure=exc.detail if fatal else None)
