@@ -250,3 +250,29 @@ async def test_a_lease_held_elsewhere_keeps_the_valid_token(
         )
     lapsed = await access_token_for(db, settings, connection_id, margin=60)
     assert lapsed.refreshed is True and len(provider.stub.refreshes()) == 1
+
+
+async def test_an_imported_tool_needs_a_connection_of_this_organization(
+    client: httpx.AsyncClient, provider: Provider
+) -> None:
+    headers, connection_id = await connected(client, provider)
+    tool = booking_tool(provider, "icn_from_elsewhere")
+    document = {
+        "format": "parley.flow/v1",
+        "name": "Booking",
+        "definition": {
+            "start_node": "book",
+            "nodes": [
+                {"id": "book", "type": "tool", "tool": "book_appointment", "arguments": {}, "next": "bye"},
+                {"id": "bye", "type": "end", "text": "Bye."},
+            ],
+        },
+        "tools": [{**tool, "secret_names": []}],
+    }
+    refused = await client.post("/api/flows/import", json=document, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"][0]["loc"] == ["body", "tools", 0, "config", "auth", "connection_id"]
+    document["tools"][0]["config"]["auth"]["connection_id"] = connection_id
+    imported = await client.post("/api/flows/import", json=document, headers=headers)
+    assert imported.status_code == 200, imported.text
+    assert imported.json()["created_tools"] == ["book_appointment"]

@@ -96,8 +96,15 @@ def _set_secrets(settings: Settings, tool: Tool, changes: dict[str, str | None])
     tool.secret_hints = hints
 
 
-async def _check_connection(session: AsyncSession, organization_id: str, config: StrictModel) -> None:
-    """An ``auth`` connection must be one of this organization's (another's is as unknown as none)."""
+async def check_connection(
+    session: AsyncSession,
+    organization_id: str,
+    config: StrictModel,
+    *,
+    loc: tuple[str | int, ...] = ("body", "config"),
+) -> None:
+    """An ``auth`` connection must be one of this organization's (another's is as unknown as none);
+    otherwise a 422 at ``loc`` + ``auth.connection_id``."""
     auth = config.auth if isinstance(config, HttpToolConfig) else None
     if auth is None:
         return
@@ -112,7 +119,7 @@ async def _check_connection(session: AsyncSession, organization_id: str, config:
             [
                 {
                     "type": "unknown_connection",
-                    "loc": ("body", "config", "auth", "connection_id"),
+                    "loc": (*loc, "auth", "connection_id"),
                     "msg": f"No integration connection {auth.connection_id!r} exists in this organization "
                     "(see GET /api/integrations/connections).",
                     "input": auth.connection_id,
@@ -127,7 +134,7 @@ async def create_tool(
     # Off the event loop: checking the config trial-renders its templates (within a budget).
     config = await asyncio.to_thread(parse_config, data.type, data.config)
     require_secrets(data.type, set(data.secrets))
-    await _check_connection(session, context.organization_id, config)
+    await check_connection(session, context.organization_id, config)
     if await _name_taken(session, context.organization_id, data.name, None):
         raise Conflict(
             f"A tool called {data.name!r} already exists in this organization; choose another name."
@@ -189,7 +196,7 @@ async def update_tool(
         tool.description = data.description
     if data.config is not None:
         config = await asyncio.to_thread(parse_config, tool.type, data.config)
-        await _check_connection(session, organization_id, config)
+        await check_connection(session, organization_id, config)
         tool.config = config.model_dump(mode="json")
     if data.secrets is not None:
         _set_secrets(settings, tool, dict(data.secrets))
