@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import httpx
 
+from parley.calls.contracts import UsageRecord
 from parley.kit.db import Database
 from tests.calls.conftest import Recorder
 from tests.conftest import auth
@@ -30,6 +31,7 @@ async def test_usage_per_day_and_month(
         "minutes": 2.1,
         "llm_prompt_tokens": 520,
         "llm_completion_tokens": 84,
+        "voice_calls": 2,
         "tts_characters": 360,
         "stt_seconds": 43.0,
     }
@@ -40,6 +42,7 @@ async def test_usage_per_day_and_month(
         "minutes": 5.3,
         "llm_prompt_tokens": 530,
         "llm_completion_tokens": 89,
+        "voice_calls": 4,
         "tts_characters": 720,
         "stt_seconds": 86.0,
     }
@@ -69,3 +72,25 @@ async def test_usage_ranges(client: httpx.AsyncClient) -> None:
     assert backwards.status_code == 400
     bad = await client.get("/api/billing/usage", params={"granularity": "week"}, headers=auth(ALICE, org))
     assert bad.status_code == 422
+
+
+async def test_a_text_call_has_no_speech_usage_and_adds_none(
+    client: httpx.AsyncClient, record: Recorder, database: Database
+) -> None:
+    """A text session's call record keeps tts_characters and stt_seconds null (not measured, not 0);
+    billing counts the call but not as a voice call, and adds nothing for its speech."""
+    org = str((await create_org(client))["id"])
+    await record(org, channel="web", usage=UsageRecord(llm_prompt_tokens=7))
+    await record(org)  # a voice call: 180 characters, 21.5 s
+    call_ids = [c["id"] for c in (await client.get("/api/calls", headers=auth(ALICE, org))).json()["items"]]
+    usages = [
+        (await client.get(f"/api/calls/{i}", headers=auth(ALICE, org))).json()["usage"] for i in call_ids
+    ]
+    assert sorted((u["tts_characters"] or 0, u["stt_seconds"]) for u in usages) == [(0, None), (180, 21.5)]
+    totals = (await client.get("/api/billing/usage", params=RANGE, headers=auth(ALICE, org))).json()["totals"]
+    assert (totals["calls"], totals["voice_calls"], totals["tts_characters"], totals["stt_seconds"]) == (
+        2,
+        1,
+        180,
+        21.5,
+    )

@@ -27,6 +27,9 @@ async def test_calls_summary_per_day(client: httpx.AsyncClient, record: Recorder
         "outcomes": {"completed": 1, "transferred": 0, "abandoned": 1, "failed": 0},
         "mean_voice_latency_ms": 850.0,
         "p95_voice_latency_ms": 1100.0,
+        "voice_calls": 2,
+        "tts_characters": 360,
+        "stt_seconds": 43.0,
         "top_signals": [
             {"type": "callback_requested", "count": 1},
             {"type": "negative_sentiment", "count": 1},
@@ -68,6 +71,7 @@ async def test_calls_summary_as_csv(client: httpx.AsyncClient, record: Recorder,
     assert (first["mean_voice_latency_ms"], first["p95_voice_latency_ms"]) == ("850.0", "1100.0")
     assert first["top_signals"] == "callback_requested:1;negative_sentiment:1"
     assert rows[1]["mean_voice_latency_ms"] == ""
+    assert (first["voice_calls"], first["tts_characters"], first["stt_seconds"]) == ("2", "360", "43.0")
 
 
 async def test_calls_summary_is_per_organization(

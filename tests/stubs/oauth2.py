@@ -10,6 +10,12 @@
   ``access_ttl`` seconds. ``token_failure`` makes it answer a fixed status and body.
 - ``POST /revoke``: RFC 7009 revocation (a revoked refresh token can no longer refresh).
 - ``GET /userinfo``: a resource that only accepts a valid, unexpired access token.
+- ``GET /calendar/events``, ``POST /calendar/events``: a protected calendar (RFC 6750 bearer-token
+  semantics): no token → 401 with ``WWW-Authenticate: Bearer realm="calendar"``; a wrong, expired or
+  revoked token → 401 with ``error="invalid_token"``; a token without the ``calendar`` scope → 403
+  ``insufficient_scope``. A booking needs ``start`` (ISO time), ``minutes`` and ``name``; a slot that
+  overlaps a booked one is 409. Bookings are kept in ``events``; the tokens that reached the calendar
+  are in ``calendar_tokens``.
 
 Every token request is recorded in ``grants`` so tests can count refreshes.
 """
@@ -20,8 +26,10 @@ import asyncio
 import base64
 import hashlib
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import unquote, urlencode
 
@@ -47,12 +55,17 @@ class OAuth2Stub:
     issue_refresh_tokens: bool = True
     token_failure: tuple[int, Any] | None = None
     refresh_delay: float = 0.0
+    # (arrived, release): a refresh sets ``arrived`` and answers only once ``release`` is set
+    refresh_gate: tuple[threading.Event, threading.Event] | None = None
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
     access_tokens: dict[str, float] = field(default_factory=dict)
     refresh_tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
     grants: list[dict[str, Any]] = field(default_factory=list)
     revoked: list[str] = field(default_factory=list)
     authorize_requests: list[dict[str, str]] = field(default_factory=list)
+    access_scopes: dict[str, str] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    calendar_tokens: list[str] = field(default_factory=list)
 
     def reset(self) -> None:
         fresh = OAuth2Stub()
@@ -69,6 +82,7 @@ class OAuth2Stub:
     def _issue(self, client_id: str, scope: str) -> dict[str, Any]:
         access = "at-" + secrets.token_urlsafe(24)
         self.access_tokens[access] = time.time() + self.access_ttl
+        self.access_scopes[access] = scope
         body: dict[str, Any] = {
             "access_token": access,
             "token_type": "Bearer",
@@ -164,6 +178,10 @@ def build_app(stub: OAuth2Stub) -> Starlette:
                 return _oauth_error("invalid_grant", "The refresh token is invalid or was already used")
             if stub.refresh_delay:
                 await asyncio.sleep(stub.refresh_delay)
+            if stub.refresh_gate is not None:
+                arrived, release = stub.refresh_gate
+                arrived.set()
+                await asyncio.to_thread(release.wait, 60)
             if not entry["active"]:  # spent by a concurrent request while this one waited
                 return _oauth_error("invalid_grant", "The refresh token is invalid or was already used")
             body = stub._issue(client.client_id, entry["scope"])
@@ -193,11 +211,61 @@ def build_app(stub: OAuth2Stub) -> Starlette:
             return JSONResponse({"error": "invalid_token"}, status_code=401)
         return JSONResponse({"sub": "user-1", "email": "user@example.com"})
 
+    def bearer(request: Request) -> str | Response:
+        """The presented access token, or the RFC 6750 §3 challenge that refuses it."""
+        header = request.headers.get("authorization", "")
+        if not header:
+            return Response(status_code=401, headers={"WWW-Authenticate": 'Bearer realm="calendar"'})
+        scheme, _, access = header.partition(" ")
+        expires = stub.access_tokens.get(access) if scheme.lower() == "bearer" else None
+        if expires is None or expires < time.time():
+            challenge = (
+                'Bearer realm="calendar", error="invalid_token", '
+                'error_description="The access token is invalid, expired or revoked"'
+            )
+            return JSONResponse(
+                {"error": "invalid_token"}, status_code=401, headers={"WWW-Authenticate": challenge}
+            )
+        if "calendar" not in stub.access_scopes.get(access, "").split():
+            challenge = 'Bearer realm="calendar", error="insufficient_scope", scope="calendar"'
+            return JSONResponse(
+                {"error": "insufficient_scope"}, status_code=403, headers={"WWW-Authenticate": challenge}
+            )
+        stub.calendar_tokens.append(access)
+        return access
+
+    async def calendar(request: Request) -> Response:
+        access = bearer(request)
+        if isinstance(access, Response):
+            return access
+        if request.method == "GET":
+            return JSONResponse({"events": stub.events})
+        try:
+            data = await request.json()
+            start = datetime.fromisoformat(str(data["start"]))
+            minutes = int(data.get("minutes", 30))
+            name = str(data["name"])
+        except (ValueError, KeyError, TypeError):
+            return JSONResponse({"error": "start (ISO time), minutes and name are required"}, status_code=400)
+        end = start + timedelta(minutes=minutes)
+        for event in stub.events:
+            if start < datetime.fromisoformat(event["end"]) and datetime.fromisoformat(event["start"]) < end:
+                return JSONResponse({"error": "slot_taken", "conflicts_with": event["id"]}, status_code=409)
+        event = {
+            "id": f"evt-{len(stub.events) + 1}",
+            "start": start.isoformat(),
+            "end": end.isoformat(),
+            "name": name,
+        }
+        stub.events.append(event)
+        return JSONResponse({"booked": True, "event": event}, status_code=201)
+
     return Starlette(
         routes=[
             Route("/authorize", authorize),
             Route("/token", token, methods=["POST"]),
             Route("/revoke", revoke, methods=["POST"]),
             Route("/userinfo", userinfo),
+            Route("/calendar/events", calendar, methods=["GET", "POST"]),
         ]
     )

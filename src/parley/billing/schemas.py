@@ -11,8 +11,13 @@ class UsageFigures(BaseModel):
     minutes: float = Field(description="billed_seconds / 60, to two decimals.")
     llm_prompt_tokens: int = Field(description="From the LLM usage records (chat and sessions).")
     llm_completion_tokens: int
-    tts_characters: int
-    stt_seconds: float
+    voice_calls: int = Field(
+        description="Calls with speech (voice and phone); text sessions have no speech usage."
+    )
+    tts_characters: int = Field(description="Characters sent to speech synthesis, summed over voice calls.")
+    stt_seconds: float = Field(
+        description="Seconds of caller audio sent to speech recognition, over voice calls."
+    )
 
 
 class UsagePeriod(UsageFigures):

@@ -23,6 +23,7 @@ class _Tally:
         self.billed_seconds = 0
         self.prompt = 0
         self.completion = 0
+        self.voice_calls = 0
         self.tts = 0
         self.stt = 0.0
 
@@ -33,6 +34,7 @@ class _Tally:
             minutes=round(self.billed_seconds / 60, 2),
             llm_prompt_tokens=self.prompt,
             llm_completion_tokens=self.completion,
+            voice_calls=self.voice_calls,
             tts_characters=self.tts,
             stt_seconds=round(self.stt, 3),
         )
@@ -54,8 +56,10 @@ async def usage(
         for tally in (tallies[period_of(started_at, zone, granularity)], total):
             tally.calls += 1
             tally.billed_seconds += seconds
-            tally.tts += tts
-            tally.stt += stt
+            if tts is not None or stt is not None:  # a voice call: its speech was measured
+                tally.voice_calls += 1
+                tally.tts += tts or 0
+                tally.stt += stt or 0.0
     tokens = await session.execute(
         select(LLMUsage.created_at, LLMUsage.prompt_tokens, LLMUsage.completion_tokens).where(
             LLMUsage.organization_id == organization_id,

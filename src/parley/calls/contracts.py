@@ -81,8 +81,14 @@ class TurnMetrics(VoiceTurnMetrics):
 class UsageRecord(BaseModel):
     llm_prompt_tokens: int = 0
     llm_completion_tokens: int = 0
-    tts_characters: int = 0
-    stt_seconds: float = 0.0
+    # Speech is measured by the voice pipeline (every engine) and added when the voice call ends;
+    # None: the call had no speech (a text session), not "nothing was spoken".
+    tts_characters: int | None = Field(
+        default=None, description="Characters sent to speech synthesis; null when the call had no voice."
+    )
+    stt_seconds: float | None = Field(
+        default=None, description="Seconds of caller audio sent to speech recognition; null without voice."
+    )
 
 
 class SignalRecord(BaseModel):

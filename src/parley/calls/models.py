@@ -44,8 +44,9 @@ class Call(OrgScopedMixin, TimestampMixin, Base):
     mean_voice_latency_ms: Mapped[float | None] = mapped_column(Float)
     llm_prompt_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
     llm_completion_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
-    tts_characters: Mapped[int] = mapped_column(Integer, nullable=False)
-    stt_seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    # None: not measured (no speech on the channel); a voice call's figures come from its pipeline
+    tts_characters: Mapped[int | None] = mapped_column(Integer)
+    stt_seconds: Mapped[float | None] = mapped_column(Float)
     has_signals: Mapped[bool] = mapped_column(Boolean, nullable=False)
     signal_types: Mapped[list[str]] = mapped_column(JSON, nullable=False)
     recording_filename: Mapped[str | None] = mapped_column(String(200), unique=True)

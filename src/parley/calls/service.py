@@ -169,6 +169,8 @@ async def attach_voice(
     *,
     metrics: list[dict[str, Any]],
     recording_filename: str | None = None,
+    tts_characters: int | None = None,
+    stt_seconds: float | None = None,
 ) -> Call | None:
     """Add what the voice pipeline measured and recorded to the call record of an ended session.
 
@@ -176,11 +178,17 @@ async def attach_voice(
     pipeline has spoken the last answer or closed the recording; the transport calls this afterwards.
     ``metrics`` are dicts with ``turn_index`` and the voice fields of :class:`TurnMetrics`; they are
     merged into the entry of the same ``turn_index`` (an entry is added when the engine made none).
+    ``tts_characters`` and ``stt_seconds`` are the whole call's speech usage as the pipeline measured
+    it (they replace the record's; a text session's record keeps null).
     Answers the call, or None when the session has no call record (yet). Only flushes.
     """
     call = await call_of_session(session, organization_id, session_id)
     if call is None:
         return None
+    if tts_characters is not None:
+        call.tts_characters = tts_characters
+    if stt_seconds is not None:
+        call.stt_seconds = round(stt_seconds, 3)
     merged = [dict(m) for m in call.turn_metrics]
     by_index = {m.get("turn_index"): m for m in merged}
     for measured in metrics:

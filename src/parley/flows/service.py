@@ -525,6 +525,10 @@ async def import_flow(session: AsyncSession, context: OrgContext, data: FlowImpo
         config = await asyncio.to_thread(
             functools.partial(parse_config, spec.type, spec.config, loc=("body", "tools", index, "config"))
         )
+        # a tool that signs in with a connected account needs one of this organization's connections
+        await tools_service.check_connection(
+            session, context.organization_id, config, loc=("body", "tools", index, "config")
+        )
         tool = Tool(
             id=new_id("tool"),
             organization_id=context.organization_id,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, ForeignKey, Index, String, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from parley.kit.db import Base, OrgScopedMixin, TimestampMixin, UTCDateTime, utcnow
@@ -76,3 +76,8 @@ class IntegrationConnection(OrgScopedMixin, TimestampMixin, Base):
     status: Mapped[str] = mapped_column(String(20), nullable=False)
     last_refreshed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_error: Mapped[str | None] = mapped_column(String(1000))
+    # The refresh guard across processes: a refresh claims the row by bumping ``version`` (only from the
+    # version it read, only when no unexpired lease stands), talks to the provider with no transaction
+    # open, and stores the new tokens only if ``version`` is still the one it claimed.
+    version: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    refresh_lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())

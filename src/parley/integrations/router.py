@@ -21,7 +21,7 @@ from parley.integrations.schemas import (
     ProviderList,
 )
 from parley.kit.body import BODY_MODEL_ATTR, ParsedBody, read_body_data, validate_body
-from parley.kit.db import DbSession, unit_of_work
+from parley.kit.db import DbSession, release_reader, unit_of_work
 from parley.kit.errors import ParleyError, documented, error_response
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.schemas import DeletedOut
@@ -170,12 +170,13 @@ async def refresh_integration_connection(
     settings = request.app.state.settings
     describe(request, "integration_connection", connection_id)
     try:
-        async with service.refresh_lock(connection_id):
-            row, _ = await service.refresh_locked(
-                session, settings, context.organization_id, connection_id, force=True
-            )
+        # Short units of its own: no transaction is open (nor authentication's read) while the provider answers.
+        await release_reader(request)
+        row = await service.refresh_now(
+            request.app.state.db, settings, context.organization_id, connection_id
+        )
     except oauth.OAuthProviderError as exc:
-        # Returned, not raised, so a refresh_failed mark is committed.
+        # Returned, not raised, so the audit event of the attempt is committed.
         return error_response(exc.status_code, exc.detail, exc.code)
     return service.connection_out(settings, row)
 

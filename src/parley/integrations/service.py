@@ -7,14 +7,16 @@ Rules that matter:
   consumed_at IS NULL``), whatever the outcome of the callback;
 - PKCE S256 on every authorization; the verifier is sealed to its state row;
 - client secrets and tokens are sealed to their row with :func:`~parley.kit.crypto.row_secrets` and only masked on read;
-- a refresh holds the connection's row lock (``SELECT ... FOR UPDATE`` on PostgreSQL, the write
-  transaction on SQLite) and an in-process lock, and re-checks expiry once it holds them, so two
-  concurrent refreshes never both spend a (rotating) refresh token.
+- a refresh never holds a transaction across the provider call: it claims a lease on the connection
+  with a short optimistic write (``version`` and ``refresh_lease_until``), calls the provider with
+  nothing open, and stores the tokens in a short write guarded by the claimed version; with the
+  in-process lock, two concurrent refreshes never both spend a (rotating) refresh token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import secrets
 from collections.abc import Mapping
@@ -727,67 +729,158 @@ def refresh_lock(connection_id: str) -> asyncio.Lock:
     return _LOCKS.setdefault(key, asyncio.Lock())
 
 
-def _check_usable(row: IntegrationConnection) -> None:
-    if row.status == "refresh_failed":
-        raise Conflict(
-            f"The {row.provider!r} connection needs to be connected again: {row.last_error or 'the refresh failed'}"
+@dataclass(frozen=True)
+class _Seen:
+    """What a short read saw of a connection (the tokens opened), before deciding to refresh."""
+
+    organization_id: str
+    provider: str
+    version: int
+    status: str
+    token_type: str
+    expires_at: datetime | None
+    lease_until: datetime | None
+    access: str | None
+    refresh: str | None
+    last_error: str | None = None
+
+    def current(self) -> AccessToken | None:
+        if self.access is None:
+            return None
+        return AccessToken(self.access, self.token_type, self.expires_at, refreshed=False)
+
+    def fresh(self, margin: float) -> bool:
+        return self.expires_at is None or self.expires_at > utcnow() + timedelta(seconds=margin)
+
+
+async def _look(
+    db: Database, settings: Settings, organization_id: str | None, connection_id: str
+) -> tuple[_Seen, oauth.ClientConfig | None]:
+    """A short read of the connection and its client; another organization's connection is not found."""
+    async with unit_of_work(db, write=False) as session:
+        stmt = select(IntegrationConnection).where(IntegrationConnection.id == connection_id)
+        if organization_id is not None:
+            stmt = stmt.where(IntegrationConnection.organization_id == organization_id)
+        row = await session.scalar(stmt)
+        if row is None:
+            raise NotFound(f"Connection {connection_id!r} was not found in this organization.")
+        sealer = row_secrets(settings, row)
+        seen = _Seen(
+            organization_id=row.organization_id,
+            provider=row.provider,
+            version=row.version,
+            status=row.status,
+            token_type=row.token_type,
+            expires_at=row.expires_at,
+            lease_until=row.refresh_lease_until,
+            access=sealer.open_or_none("access_token", row.access_token),
+            refresh=sealer.open_or_none("refresh_token", row.refresh_token),
+            last_error=row.last_error,
         )
+        client = await find_client(session, row.organization_id, row.provider)
+        return seen, client_config(settings, client) if client is not None else None
 
 
-def _expiring(row: IntegrationConnection, margin: float) -> bool:
-    return row.expires_at is not None and row.expires_at <= utcnow() + timedelta(seconds=margin)
+def _lease_seconds(settings: Settings) -> float:
+    # Longer than the provider call can take (its time-out), so a lease only lapses when its holder died.
+    return settings.outbound_timeout * 2 + 5
 
 
-async def refresh_locked(
-    session: AsyncSession,
+async def _claim(db: Database, settings: Settings, connection_id: str, version: int) -> bool:
+    """Take the refresh lease: one short write, only from the version read and when no lease stands."""
+    now = utcnow()
+    async with unit_of_work(db) as session:
+        result = cast(
+            CursorResult[Any],
+            await session.execute(
+                update(IntegrationConnection)
+                .where(
+                    IntegrationConnection.id == connection_id,
+                    IntegrationConnection.version == version,
+                    (IntegrationConnection.refresh_lease_until.is_(None))
+                    | (IntegrationConnection.refresh_lease_until < now),
+                )
+                .values(
+                    version=version + 1,
+                    refresh_lease_until=now + timedelta(seconds=_lease_seconds(settings)),
+                )
+                .execution_options(synchronize_session=False)
+            ),
+        )
+        return result.rowcount == 1
+
+
+async def _settle(
+    db: Database,
     settings: Settings,
-    organization_id: str | None,
     connection_id: str,
+    claimed: int,
     *,
-    force: bool = False,
-    margin: float = 30.0,
-) -> tuple[IntegrationConnection, AccessToken]:
-    """In ``session``: lock the connection row, refresh its tokens if (still) needed, flush.
+    tokens: oauth.TokenSet | None = None,
+    failure: str | None = None,
+) -> bool:
+    """The short write after the provider answered: store ``tokens`` (or mark ``failure``, or just give
+    the lease back) if the row is still at the ``claimed`` version; False when another refresh took
+    the lease over in the meantime (then nothing is written)."""
+    async with unit_of_work(db) as session:
+        result = cast(
+            CursorResult[Any],
+            await session.execute(
+                update(IntegrationConnection)
+                .where(IntegrationConnection.id == connection_id, IntegrationConnection.version == claimed)
+                .values(version=claimed + 1, refresh_lease_until=None)
+                .execution_options(synchronize_session=False)
+            ),
+        )
+        if result.rowcount != 1:
+            return False
+        if tokens is None and failure is None:
+            return True
+        row = await session.get(IntegrationConnection, connection_id, populate_existing=True)
+        if row is None:  # pragma: no cover - the update above just matched it
+            return False
+        if tokens is not None:
+            _store_tokens(settings, row, tokens, default_scopes=list(row.scopes), keep_refresh=True)
+            row.last_refreshed_at = utcnow()
+        else:
+            row.status = "refresh_failed"
+            row.last_error = (failure or "")[:1000]
+        await session.flush()
+        return True
 
-    Raises :class:`OAuthProviderError` when the provider refuses; a refusal that makes the refresh
-    token useless has already marked the row ``refresh_failed`` (flushed) so the caller can commit it.
-    """
-    stmt = select(IntegrationConnection).where(IntegrationConnection.id == connection_id)
-    if organization_id is not None:
-        stmt = stmt.where(IntegrationConnection.organization_id == organization_id)
-    row = await session.scalar(stmt.with_for_update().execution_options(populate_existing=True))
-    if row is None:
-        raise NotFound(f"Connection {connection_id!r} was not found in this organization.")
-    _check_usable(row)
-    if not force and not _expiring(row, margin):
-        access = row_secrets(settings, row).open_or_none("access_token", row.access_token)
-        if access is not None:
-            return row, AccessToken(access, row.token_type, row.expires_at, refreshed=False)
-    refresh_token = row_secrets(settings, row).open_or_none("refresh_token", row.refresh_token)
-    if refresh_token is None:
+
+async def _refresh(
+    db: Database, settings: Settings, connection_id: str, seen: _Seen, config: oauth.ClientConfig | None
+) -> AccessToken | None:
+    """Refresh from what ``seen`` saw; None when another process holds the lease (or just refreshed)."""
+    if seen.refresh is None:
         raise Conflict(
-            f"The {row.provider!r} access token cannot be refreshed (the provider gave no refresh token); "
+            f"The {seen.provider!r} access token cannot be refreshed (the provider gave no refresh token); "
             "connect again."
         )
-    client = await find_client(session, row.organization_id, row.provider)
-    if client is None:
-        raise Conflict(f"The client for {row.provider!r} was removed; configure it again to refresh tokens.")
-    config = client_config(settings, client)
+    if config is None:
+        raise Conflict(f"The client for {seen.provider!r} was removed; configure it again to refresh tokens.")
+    if not await _claim(db, settings, connection_id, seen.version):
+        return None
+    claimed = seen.version + 1
     try:
+        # No transaction is open here: the provider may take its time without holding a row or a lock.
         tokens = await oauth.refresh(
-            outbound_policy(settings), settings.outbound_timeout, config, refresh_token
+            outbound_policy(settings), settings.outbound_timeout, config, seen.refresh
         )
     except oauth.OAuthProviderError as exc:
-        if exc.error in FATAL_REFRESH_ERRORS:
-            row.status = "refresh_failed"
-            row.last_error = exc.detail[:1000]
-            await session.flush()
+        fatal = exc.error in FATAL_REFRESH_ERRORS
+        await _settle(db, settings, connection_id, claimed, failure=exc.detail if fatal else None)
         raise
-    _store_tokens(settings, row, tokens, default_scopes=list(row.scopes), keep_refresh=True)
-    row.last_refreshed_at = utcnow()
-    await session.flush()
-    await session.refresh(row)
-    return row, AccessToken(tokens.access_token, row.token_type, row.expires_at, refreshed=True)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(_settle(db, settings, connection_id, claimed))
+        raise
+    if not await _settle(db, settings, connection_id, claimed, tokens=tokens):
+        # Our lease lapsed and another refresh took over; the token we got is valid all the same.
+        log.warning("integration_refresh_lease_lost", connection_id=connection_id)
+    expires_at = utcnow() + timedelta(seconds=tokens.expires_in) if tokens.expires_in else None
+    return AccessToken(tokens.access_token, tokens.token_type, expires_at, refreshed=True)
 
 
 async def access_token_for(
@@ -795,38 +888,67 @@ async def access_token_for(
     settings: Settings,
     connection: IntegrationConnection | str,
     *,
+    organization_id: str | None = None,
     force: bool = False,
     margin: float = 30.0,
 ) -> AccessToken:
-    """A usable access token of ``connection``, refreshed first when it expires within ``margin`` s.
+    """A usable access token of ``connection``, refreshed first when it expires within ``margin`` s
+    (``force``: refreshed in any case, once per call). ``organization_id`` scopes the look-up (another
+    organization's connection is not found).
 
-    Runs in its own transaction (call it outside a request's write transaction, e.g. from a tool or a
-    job). Concurrent callers in this process wait for one refresh and then reuse its result; across
-    processes the row lock does the same.
+    No transaction is held across the provider call: short reads decide, a short write claims the
+    refresh lease (optimistic: from the version read, only when no lease stands), the provider is
+    called with nothing open, and a short write stores the new tokens only if the row is still at the
+    claimed version. Concurrent callers in this process wait for one refresh and reuse its result;
+    another process that finds the lease taken uses the current token while it is still valid, or
+    waits for the lease holder's tokens.
+
+    Raises :class:`NotFound`, :class:`Conflict` (connect again: ``refresh_failed``, no refresh
+    token, client removed), :class:`~parley.integrations.oauth.OAuthProviderError` (refused; a fatal
+    refusal has marked the connection ``refresh_failed``) or another ``UpstreamError``.
     """
     connection_id = connection if isinstance(connection, str) else connection.id
-    if not force:
-        async with unit_of_work(db, write=False) as session:
-            row = await session.get(IntegrationConnection, connection_id)
-            if row is None:
-                raise NotFound(f"Connection {connection_id!r} was not found.")
-            _check_usable(row)
-            if not _expiring(row, margin):
-                access = row_secrets(settings, row).open_or_none("access_token", row.access_token)
-                if access is not None:
-                    return AccessToken(access, row.token_type, row.expires_at, refreshed=False)
+    seen, _ = await _look(db, settings, organization_id, connection_id)
+    _check_seen(seen)
+    if not force and seen.fresh(margin) and seen.current() is not None:
+        return cast(AccessToken, seen.current())
     async with refresh_lock(connection_id):
-        failure: oauth.OAuthProviderError | None = None
-        async with unit_of_work(db) as session:
-            try:
-                _, token = await refresh_locked(
-                    session, settings, None, connection_id, force=force, margin=margin
+        deadline = utcnow() + timedelta(seconds=_lease_seconds(settings) + 1)
+        while True:
+            seen, config = await _look(db, settings, organization_id, connection_id)
+            _check_seen(seen)
+            current = seen.current()
+            settled = seen.lease_until is None or seen.lease_until < utcnow()
+            if current is not None and settled and not force and seen.fresh(margin):
+                return current  # refreshed by someone else while this call waited
+            token = await _refresh(db, settings, connection_id, seen, config) if settled else None
+            if token is not None:
+                return token
+            # Another process holds the lease: its token is still good, or wait for the new one.
+            if not force and current is not None and seen.fresh(0):
+                return current
+            if utcnow() > deadline:
+                raise Conflict(
+                    f"The {seen.provider!r} tokens are being refreshed by another process; try again."
                 )
-            except oauth.OAuthProviderError as exc:
-                failure = exc  # the unit still commits: it keeps the refresh_failed mark
-        if failure is not None:
-            raise failure
-        return token
+            await asyncio.sleep(0.2)
+
+
+def _check_seen(seen: _Seen) -> None:
+    if seen.status == "refresh_failed":
+        raise Conflict(
+            f"The {seen.provider!r} connection needs to be connected again: "
+            f"{seen.last_error or 'the refresh failed'}"
+        )
+
+
+async def refresh_now(
+    db: Database, settings: Settings, organization_id: str, connection_id: str
+) -> IntegrationConnection:
+    """``POST .../refresh``: refresh at once (outside any request transaction), answer the stored row."""
+    await access_token_for(db, settings, connection_id, organization_id=organization_id, force=True)
+    async with unit_of_work(db, write=False) as session:
+        return await get_connection(session, organization_id, connection_id)
 
 
 async def expiring_connection_ids(session: AsyncSession, margin: float) -> list[str]:

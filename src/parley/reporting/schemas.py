@@ -26,6 +26,13 @@ class DaySummary(BaseModel):
         description="Over all voice turns; null when there were none."
     )
     p95_voice_latency_ms: float | None
+    voice_calls: int = Field(default=0, description="Calls with speech (voice and phone) that day.")
+    tts_characters: int | None = Field(
+        default=None, description="Characters sent to speech synthesis; null when no call had voice."
+    )
+    stt_seconds: float | None = Field(
+        default=None, description="Seconds of caller audio sent to recognition; null when no call had voice."
+    )
     top_signals: list[SignalCount] = Field(description="The most frequent brain signal types (up to 5).")
 
 

@@ -36,6 +36,9 @@ class _Day:
         self.outcomes: Counter[str] = Counter()
         self.latencies: list[float] = []
         self.signals: Counter[str] = Counter()
+        self.voice_calls = 0
+        self.tts = 0
+        self.stt = 0.0
 
     def summary(self, day: str) -> DaySummary:
         return DaySummary(
@@ -47,6 +50,9 @@ class _Day:
             ),
             mean_voice_latency_ms=round(statistics.fmean(self.latencies), 1) if self.latencies else None,
             p95_voice_latency_ms=p95(self.latencies),
+            voice_calls=self.voice_calls,
+            tts_characters=self.tts if self.voice_calls else None,
+            stt_seconds=round(self.stt, 3) if self.voice_calls else None,
             top_signals=[
                 SignalCount(type=t, count=c)
                 for t, c in sorted(self.signals.items(), key=lambda item: (-item[1], item[0]))[:TOP_SIGNALS]
@@ -67,13 +73,24 @@ async def calls_summary(
         conditions.append(Call.flow_id == flow_id)
     days: dict[str, _Day] = defaultdict(_Day)
     rows = await session.execute(
-        select(Call.started_at, Call.duration_seconds, Call.outcome, Call.turn_metrics).where(*conditions)
+        select(
+            Call.started_at,
+            Call.duration_seconds,
+            Call.outcome,
+            Call.turn_metrics,
+            Call.tts_characters,
+            Call.stt_seconds,
+        ).where(*conditions)
     )
-    for started_at, duration, outcome, metrics in rows:
+    for started_at, duration, outcome, metrics, tts, stt in rows:
         day = days[period_of(started_at, zone, "day")]
         day.calls += 1
         day.seconds += math.ceil(duration)
         day.outcomes[outcome] += 1
+        if tts is not None or stt is not None:  # a voice call: its speech was measured
+            day.voice_calls += 1
+            day.tts += tts or 0
+            day.stt += stt or 0.0
         day.latencies += [
             float(m["voice_to_voice_ms"]) for m in metrics if m.get("voice_to_voice_ms") is not None
         ]
@@ -104,6 +121,9 @@ CSV_COLUMNS = (
     "mean_voice_latency_ms",
     "p95_voice_latency_ms",
     "top_signals",
+    "voice_calls",
+    "tts_characters",
+    "stt_seconds",
 )
 
 
@@ -125,6 +145,9 @@ def to_csv(summary: CallsSummaryOut) -> str:
                 "" if day.mean_voice_latency_ms is None else day.mean_voice_latency_ms,
                 "" if day.p95_voice_latency_ms is None else day.p95_voice_latency_ms,
                 ";".join(f"{s.type}:{s.count}" for s in day.top_signals),
+                day.voice_calls,
+                "" if day.tts_characters is None else day.tts_characters,
+                "" if day.stt_seconds is None else day.stt_seconds,
             ]
         )
     return buffer.getvalue()

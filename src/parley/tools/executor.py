@@ -24,8 +24,10 @@ from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Settings
+from parley.integrations.service import AccessToken, access_token_for
 from parley.kit.crypto import RowSecrets, SecretDecryptionError, row_secrets
-from parley.kit.errors import UpstreamError
+from parley.kit.db import Database
+from parley.kit.errors import NotFound, ParleyError, UpstreamError
 from parley.kit.metrics import observe_tool_call
 from parley.kit.outbound import OutboundPolicy, explain, guarded_client, outbound_policy, read_limited
 from parley.kit.schemas import E164_PATTERN
@@ -34,6 +36,7 @@ from parley.kit.toolcalls import ToolResult
 from parley.tools.models import Tool
 from parley.tools.schemas import (
     CONFIG_MODELS,
+    ConnectionAuth,
     HttpToolConfig,
     KnowledgeSearchConfig,
     OrderLookupConfig,
@@ -156,7 +159,7 @@ async def _dispatch(
 ) -> ToolResult:
     config = CONFIG_MODELS[tool.type].model_validate(tool.config)
     if isinstance(config, HttpToolConfig):
-        return await _run_http(settings, tool, config, arguments)
+        return await _run_http(settings, tool, config, arguments, session=session)
     if isinstance(config, OrderLookupConfig):
         return await _run_order_lookup(settings, tool, config, arguments)
     if isinstance(config, KnowledgeSearchConfig):
@@ -252,14 +255,83 @@ def _render_request(
 
 
 async def _run_http(
-    settings: Settings, tool: Tool, config: HttpToolConfig, arguments: dict[str, Any]
+    settings: Settings,
+    tool: Tool,
+    config: HttpToolConfig,
+    arguments: dict[str, Any],
+    *,
+    session: AsyncSession | None = None,
 ) -> ToolResult:
     # Templates render in a worker thread (each within its budget), never on the event loop.
     url, request = await asyncio.to_thread(_render_request, settings, tool, config, arguments)
     policy = outbound_policy(settings)
-    result = await _call(policy, config.method, url, config.timeout_seconds, request)
+    if config.auth is None:
+        result = await _call(policy, config.method, url, config.timeout_seconds, request)
+    else:
+        result = await _call_connected(session, settings, tool, config.auth, config, url, request)
     if config.response_mapping and result.status == "ok" and isinstance(result.result, dict | list):
         result.result = {name: extract(result.result, path) for name, path in config.response_mapping.items()}
+    return result
+
+
+# A connection's token is refreshed when it expires within this many seconds of a tool call.
+CONNECTION_TOKEN_MARGIN_SECONDS = 60.0
+
+
+async def _connection_token(
+    session: AsyncSession | None, settings: Settings, tool: Tool, auth: ConnectionAuth, *, force: bool
+) -> AccessToken:
+    """The connection's access token, refreshed first when it is about to expire (or ``force``).
+
+    The refresh runs in short units of its own (``access_token_for``): no transaction is open while
+    the provider answers. Every failure is a refusal with a reason the flow's fallback can rely on."""
+    database: Database | None = session.info.get("database") if session is not None else None
+    if database is None:
+        raise _Refused("The tool's connection cannot be reached from here (no database).")
+    try:
+        return await access_token_for(
+            database,
+            settings,
+            auth.connection_id,
+            organization_id=tool.organization_id,
+            force=force,
+            margin=CONNECTION_TOKEN_MARGIN_SECONDS,
+        )
+    except NotFound as exc:
+        raise _Refused(
+            f"The integration connection {auth.connection_id!r} this tool signs in with no longer exists "
+            "(it was disconnected); connect the account again and choose the new connection."
+        ) from exc
+    except ParleyError as exc:
+        raise _Refused(f"The integration connection gave no usable access token: {exc.detail}") from exc
+
+
+async def _call_connected(
+    session: AsyncSession | None,
+    settings: Settings,
+    tool: Tool,
+    auth: ConnectionAuth,
+    config: HttpToolConfig,
+    url: str,
+    request: dict[str, Any],
+) -> ToolResult:
+    """The call with the connection's token; a 401 with a token that was not just refreshed is tried
+    once more with a freshly refreshed one (the provider may have revoked it before its expiry)."""
+    policy = outbound_policy(settings)
+    token = await _connection_token(session, settings, tool, auth, force=False)
+    for attempt in range(2):
+        headers = {**request["headers"], auth.header: _header_value(auth.header, auth.value(token.token))}
+        result = await _call(
+            policy, config.method, url, config.timeout_seconds, {**request, "headers": headers}
+        )
+        if result.http_status != 401 or token.refreshed or attempt:
+            break
+        token = await _connection_token(session, settings, tool, auth, force=True)
+    if result.http_status == 401:
+        result.error = (
+            "The upstream service refused the connection's access token (HTTP 401); "
+            "the account may need to be connected again."
+        )
     return result
 
 

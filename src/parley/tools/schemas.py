@@ -4,7 +4,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from parley.kit.errors import InvalidFields
 from parley.kit.schemas import E164Target, StrictModel
@@ -42,6 +42,38 @@ def _template_values(value: Any) -> Any:
     return value
 
 
+class TokenHeader(StrictModel):
+    """Where a connection's access token goes when not ``Authorization: Bearer``: ``prefix + token``."""
+
+    model_config = ConfigDict(str_strip_whitespace=False)  # a prefix such as "Token " keeps its space
+
+    header: str = Field(pattern=r"^[A-Za-z0-9-]{1,100}$", examples=["X-Token"])
+    prefix: str = Field(default="", max_length=40, pattern=r"^[\x20-\x7e]*$", examples=["Token "])
+
+
+class ConnectionAuth(StrictModel):
+    """Authenticate with an integration connection's OAuth access token (refreshed before it expires)."""
+
+    model_config = ConfigDict(serialize_by_alias=True)
+
+    type: Literal["connection"]
+    connection_id: str = Field(
+        min_length=1, max_length=40, description="An integration connection of this organization."
+    )
+    as_: Literal["bearer"] | TokenHeader = Field(
+        default="bearer",
+        alias="as",
+        description='"bearer" (Authorization: Bearer <token>) or {"header": "X-Token", "prefix": ""}.',
+    )
+
+    @property
+    def header(self) -> str:
+        return "Authorization" if self.as_ == "bearer" else self.as_.header
+
+    def value(self, token: str) -> str:
+        return f"Bearer {token}" if self.as_ == "bearer" else self.as_.prefix + token
+
+
 class HttpToolConfig(StrictModel):
     """An HTTP call. Strings are templates over the call's arguments; headers and query also see
     ``secrets`` (e.g. ``"Bearer {{ secrets.token }}"``)."""
@@ -70,6 +102,18 @@ class HttpToolConfig(StrictModel):
         max_length=50,
         description="Result name → JSON pointer ('/order/status') or dotted path ('order.status').",
     )
+    auth: ConnectionAuth | None = Field(
+        default=None,
+        description="Send an integration connection's access token (see docs/tools.md, connected accounts).",
+    )
+
+    @model_validator(mode="after")
+    def _one_token_header(self) -> HttpToolConfig:
+        if self.auth is not None and self.auth.header.lower() in {h.lower() for h in self.headers}:
+            raise ValueError(
+                f"The header {self.auth.header!r} carries the connection's token; remove it from headers."
+            )
+        return self
 
     @field_validator("url")
     @classmethod

@@ -13,10 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
 from parley.config import Settings
+from parley.integrations.models import IntegrationConnection
 from parley.kit.crypto import mask
 from parley.kit.db import short_read, utcnow
 from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.ids import new_id
+from parley.kit.schemas import StrictModel
 from parley.kit.tenancy import get_owned, scoped
 from parley.kit.toolcalls import ToolResult
 from parley.tools.executor import (
@@ -26,7 +28,15 @@ from parley.tools.executor import (
     tool_secrets,
 )
 from parley.tools.models import Tool
-from parley.tools.schemas import ToolCreate, ToolOut, ToolTestOut, ToolUpdate, parse_config, require_secrets
+from parley.tools.schemas import (
+    HttpToolConfig,
+    ToolCreate,
+    ToolOut,
+    ToolTestOut,
+    ToolUpdate,
+    parse_config,
+    require_secrets,
+)
 
 MAX_TEST_RESULT_BYTES = 10 * 1024
 
@@ -86,12 +96,45 @@ def _set_secrets(settings: Settings, tool: Tool, changes: dict[str, str | None])
     tool.secret_hints = hints
 
 
+async def check_connection(
+    session: AsyncSession,
+    organization_id: str,
+    config: StrictModel,
+    *,
+    loc: tuple[str | int, ...] = ("body", "config"),
+) -> None:
+    """An ``auth`` connection must be one of this organization's (another's is as unknown as none);
+    otherwise a 422 at ``loc`` + ``auth.connection_id``."""
+    auth = config.auth if isinstance(config, HttpToolConfig) else None
+    if auth is None:
+        return
+    found = await session.scalar(
+        select(IntegrationConnection.id).where(
+            IntegrationConnection.id == auth.connection_id,
+            IntegrationConnection.organization_id == organization_id,
+        )
+    )
+    if found is None:
+        raise InvalidFields(
+            [
+                {
+                    "type": "unknown_connection",
+                    "loc": (*loc, "auth", "connection_id"),
+                    "msg": f"No integration connection {auth.connection_id!r} exists in this organization "
+                    "(see GET /api/integrations/connections).",
+                    "input": auth.connection_id,
+                }
+            ]
+        )
+
+
 async def create_tool(
     session: AsyncSession, settings: Settings, context: OrgContext, data: ToolCreate
 ) -> Tool:
     # Off the event loop: checking the config trial-renders its templates (within a budget).
     config = await asyncio.to_thread(parse_config, data.type, data.config)
     require_secrets(data.type, set(data.secrets))
+    await check_connection(session, context.organization_id, config)
     if await _name_taken(session, context.organization_id, data.name, None):
         raise Conflict(
             f"A tool called {data.name!r} already exists in this organization; choose another name."
@@ -152,7 +195,9 @@ async def update_tool(
     if "description" in changes:
         tool.description = data.description
     if data.config is not None:
-        tool.config = (await asyncio.to_thread(parse_config, tool.type, data.config)).model_dump(mode="json")
+        config = await asyncio.to_thread(parse_config, tool.type, data.config)
+        await check_connection(session, organization_id, config)
+        tool.config = config.model_dump(mode="json")
     if data.secrets is not None:
         _set_secrets(settings, tool, dict(data.secrets))
     require_secrets(tool.type, set(tool.secrets))

@@ -527,6 +527,8 @@ class VoiceCall(ABC):
                     self.session_id,
                     metrics=self.turn_metrics(),
                     recording_filename=filename,
+                    tts_characters=self.pipeline.usage.tts_characters,
+                    stt_seconds=self.pipeline.usage.stt_seconds,
                 )
         except Exception as exc:
             log.warning(

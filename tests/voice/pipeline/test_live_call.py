@@ -146,6 +146,9 @@ async def test_a_failing_voice_falls_back_to_the_offline_one(live: dict[str, Any
         await ws.send(json.dumps({"type": "end"}))
         await events_until(ws, "end")
     assert fakes.fallback_tts.texts == ["Say your number."] and len(audio) == 4
+    # both voices were sent the line, so both count; the caller said nothing: a measured 0 seconds
+    usage = call_record_when(live, session_id, lambda c: c["usage"]["tts_characters"] is not None)["usage"]
+    assert (usage["tts_characters"], usage["stt_seconds"]) == (2 * len("Say your number."), 0.0)
 
 
 async def test_a_slow_turn_gets_a_filler_before_its_answer(live: dict[str, Any]) -> None:

@@ -252,6 +252,61 @@ async def test_real_offline_engines_end_to_end(live: dict[str, Any]) -> None:
     assert call_of(live, session_id)["outcome"] == "completed"
 
 
+async def test_speech_usage_is_measured_on_the_real_engines_and_billed(live: dict[str, Any]) -> None:
+    """eSpeak NG and PocketSphinx behind the real socket: the call record counts the characters the
+    agent's lines sent to synthesis and the seconds of caller audio sent to recognition; billing and
+    the reports add them up; a text session of the same flow has no speech usage (null, not 0)."""
+    from parley.voice.engines.espeak import EspeakTts
+
+    caller = b"".join([c async for c in EspeakTts("en-us").synthesize("one two", sample_rate=16000)])
+    live["app"].state.voice_engines = None  # the flow's engines: eSpeak NG, PocketSphinx, WebRTC VAD
+    session_id = new_session(live)
+    url = f"{live['ws']}/api/sessions/{session_id}/audio"
+    pcm = SILENCE * 15 + caller + SILENCE * 60
+    async with connect(url, additional_headers=live["headers"]) as ws:
+        opening = await greeted(ws, 1)
+        for start in range(0, len(pcm), 640):
+            await ws.send(pcm[start : start + 640])
+        events = await events_until(ws, "end", [])
+        assert await close_code(ws) == 1000
+    spoken = [e["text"] for e in opening + events if e["type"] == "agent_text"]
+    assert spoken == ["Say your number.", "Thanks, your number is 12."]
+    call = call_record_when(live, session_id, lambda c: c["usage"]["tts_characters"] is not None)
+    usage = call["usage"]
+    # every character of both lines went to eSpeak (the opening too, though the answer interrupted it)
+    assert usage["tts_characters"] == sum(len(text) for text in spoken) == 42
+    # PocketSphinx heard at least the spoken words (the VAD trims the silence around them), and never
+    # more than the socket carried
+    caller_seconds, sent_seconds = len(caller) / 32000, len(pcm) / 32000
+    assert 0.8 * caller_seconds <= usage["stt_seconds"] <= sent_seconds, (usage, caller_seconds)
+
+    text_session = httpx.post(
+        f"{live['url']}/api/sessions", json={"flow_id": live["flow"]}, headers=live["headers"]
+    ).json()
+    said = httpx.post(
+        f"{live['url']}/api/sessions/{text_session['id']}/messages",
+        json={"text": "12"},
+        headers=live["headers"],
+    )
+    assert said.status_code == 200 and said.json()["status"] == "ended", said.text
+    text_usage = call_of(live, text_session["id"])["usage"]
+    assert (text_usage["tts_characters"], text_usage["stt_seconds"]) == (None, None)
+
+    billed = httpx.get(f"{live['url']}/api/billing/usage", headers=live["headers"]).json()["totals"]
+    calls = httpx.get(f"{live['url']}/api/calls", params={"limit": 100}, headers=live["headers"]).json()
+    records = [
+        httpx.get(f"{live['url']}/api/calls/{c['id']}", headers=live["headers"]).json()["usage"]
+        for c in calls["items"]
+    ]
+    voiced = [u for u in records if u["tts_characters"] is not None]
+    assert billed["voice_calls"] == len(voiced) >= 1
+    assert billed["tts_characters"] == sum(u["tts_characters"] for u in voiced) >= 42
+    assert billed["stt_seconds"] == pytest.approx(sum(u["stt_seconds"] for u in voiced), abs=0.01)
+    days = httpx.get(f"{live['url']}/api/reporting/calls/summary", headers=live["headers"]).json()["days"]
+    assert sum(d["tts_characters"] or 0 for d in days) == billed["tts_characters"]
+    assert sum(d["voice_calls"] for d in days) == billed["voice_calls"]
+
+
 def has_voice_metrics(call: dict[str, Any]) -> bool:
     return any(m.get("voice_to_voice_ms") is not None for m in call["turn_metrics"])
 

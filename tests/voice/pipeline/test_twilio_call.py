@@ -98,6 +98,11 @@ async def test_a_dialled_number_streams_its_call_into_the_routed_flow(phone: dic
     )
     assert call["channel"] == "phone" and call["outcome"] == "completed"
     assert call["caller"] == "+491701112233"
+    # the phone line's speech usage: both lines went to synthesis; recognition heard the caller's
+    # 0.2 s of speech (with its pre-roll and hangover), never more than the 1.2 s the stream carried
+    usage = call["usage"]
+    assert usage["tts_characters"] == len("Say your number.") + len("Thanks, your number is 12.")
+    assert 0.2 <= usage["stt_seconds"] <= 1.2, usage
 
 
 def session_id_of(live: dict[str, Any], token: str) -> str:

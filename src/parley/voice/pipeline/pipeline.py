@@ -235,6 +235,25 @@ class PipelineConfig:
 
 
 @dataclass
+class SpeechUsage:
+    """What a call cost in speech, counted where the pipeline hands work to the engines, so every
+    engine (espeak, pocketsphinx, Deepgram, the OpenAI-compatible vendors...) is measured the same way:
+    the characters of every text given to synthesis (also when the caller interrupts it), and the
+    caller audio given to recognition (pre-roll and frames of each utterance; silence between
+    utterances never reaches the recognizer and is not counted)."""
+
+    sample_rate: int
+    tts_characters: int = 0
+    tts_requests: int = 0
+    stt_bytes: int = 0
+    stt_streams: int = 0
+
+    @property
+    def stt_seconds(self) -> float:
+        return round(self.stt_bytes / (2 * self.sample_rate), 3)
+
+
+@dataclass
 class TurnTimings:
     """One answered utterance: the pipeline's clock marks and its figures in the one voice-metrics
     shape (:class:`VoiceTurnMetrics`, as on the call record and in Prometheus)."""
@@ -338,6 +357,7 @@ class VoicePipeline:
         self._generating: asyncio.Task[TurnReply] | None = None  # the turn running now
         self._streaming: asyncio.Task[None] | None = None  # a generated sentence being spoken
         self.timings: list[TurnTimings] = []
+        self.usage = SpeechUsage(self.config.sample_rate)
         self.muted = False  # nobody listens any more (hang-up): answers are committed, not spoken
 
     # --- transport-in ------------------------------------------------------------------------
@@ -382,6 +402,7 @@ class VoicePipeline:
         if utterance is not None:
             started = self.clock()
             utterance.stream.feed(frame)
+            self.usage.stt_bytes += len(frame)
             utterance.engine_s += self.clock() - started
             if self.segmenter.voiced:
                 utterance.last_voiced = now
@@ -445,6 +466,8 @@ class VoicePipeline:
             return
         started = self.clock()
         stream.feed(preroll)
+        self.usage.stt_streams += 1
+        self.usage.stt_bytes += len(preroll)
         utterance = _Utterance(stream, now, self.expect, voiced_ms=self.config.start_ms)
         utterance.engine_s = self.clock() - started
         if over_agent:
@@ -735,6 +758,8 @@ class VoicePipeline:
         chunks = self.tts.synthesize(
             text, voice=voice, language=self.config.language, sample_rate=self.config.sample_rate
         )
+        self.usage.tts_requests += 1
+        self.usage.tts_characters += len(text)
         try:
             async for chunk in chunks:
                 pending += chunk
