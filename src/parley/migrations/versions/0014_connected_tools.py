@@ -1,7 +1,7 @@
 """connected tools: a refresh lease and version on integration connections; speech usage may be unmeasured
 
 Revision ID: 0014
-Revises: 0010
+Revises: 0013
 Create Date: 2026-11-25
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0014"
-down_revision: str | Sequence[str] | None = "0010"
+down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
