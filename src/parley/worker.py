@@ -20,6 +20,7 @@ TASK_MODULES: tuple[str, ...] = (
     "parley.knowledge.tasks",  # ingest (extract, chunk, index) a knowledge document
     "parley.notifications.tasks",  # deliver a notification (webhook, Slack, email), with retries
     "parley.calls.tasks",  # the brain classifies a call's sentiment with the model
+    "parley.campaigns.tasks",  # campaigns: dialing rounds, answering-machine handling
 )
 
 

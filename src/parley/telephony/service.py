@@ -7,8 +7,9 @@ whatever it had started.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
@@ -665,7 +666,7 @@ class DialExtras:
     Twilio callbacks for the call's final status and answering-machine detection (URLs on this
     platform, signed by Twilio)."""
 
-    variables: dict[str, Any] = field(default_factory=dict)
+    variables: dict[str, Any] = dataclasses.field(default_factory=dict)
     status_callback: str | None = None
     amd_callback: str | None = None
 
