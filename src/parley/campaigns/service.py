@@ -73,6 +73,7 @@ AMD_CALLBACK_PATH = "/api/campaigns/twilio/amd"
 ROUND_LEASE = timedelta(seconds=60)  # a dialing round holds the campaign this long at most
 DIAL_LEASE = timedelta(minutes=5)  # a claimed contact that never reached a call is given up after this
 MAX_WAIT_SECONDS = 3600.0  # the longest a running campaign sleeps before it looks again
+MAX_CLAIMS_PER_ROUND = 5  # dials per round (one after the other); a full round is followed at once
 UPLOAD_BATCH = 1000
 MAX_ROW_ERRORS = 200
 MAX_CONTACT_VARIABLES_BYTES = 8 * 1024
@@ -407,10 +408,8 @@ def _header_name(value: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", value.strip()).strip("_").lower()
 
 
-def _csv_rows(spool: Any) -> tuple[list[str], int, Any]:
+def _csv_rows(text: io.TextIOWrapper) -> tuple[list[str], int, Any]:
     """The header (as variable names), the phone column and a reader positioned after the header."""
-    spool.seek(0)
-    text = io.TextIOWrapper(spool, encoding="utf-8-sig", newline="", errors="strict")
     first = text.readline()
     if not first.strip():
         raise Unprocessable("The CSV is empty; its first line must be a header naming a phone column.")
@@ -433,7 +432,18 @@ def _csv_rows(spool: Any) -> tuple[list[str], int, Any]:
 
 
 def _iter_csv(spool: Any, upload: _Upload) -> Any:
-    names, phone_column, reader = _csv_rows(spool)
+    spool.seek(0)
+    text = io.TextIOWrapper(spool, encoding="utf-8-sig", newline="", errors="strict")
+    try:
+        yield from _read_csv(text, upload)
+    except UnicodeDecodeError as exc:
+        raise Unprocessable("The CSV is not UTF-8 text; save it as CSV UTF-8.") from exc
+    finally:
+        text.detach()  # the spool stays open for the second pass
+
+
+def _read_csv(text: io.TextIOWrapper, upload: _Upload) -> Any:
+    names, phone_column, reader = _csv_rows(text)
     try:
         for number, fields in enumerate(reader, start=1):
             if not any(f.strip() for f in fields):
@@ -448,8 +458,6 @@ def _iter_csv(spool: Any, upload: _Upload) -> Any:
             phone = _check_contact(upload, number, fields[phone_column], variables)
             if phone is not None:
                 yield number, phone, variables
-    except UnicodeDecodeError as exc:
-        raise Unprocessable("The CSV is not UTF-8 text; save it as CSV UTF-8.") from exc
     except csv.Error as exc:
         raise Unprocessable(f"The CSV cannot be read near line {reader.line_num}: {exc}.") from exc
 
@@ -930,7 +938,7 @@ async def plan_round(session: AsyncSession, settings: Settings, campaign: Campai
         wait = MAX_WAIT_SECONDS if opening is None else (opening - now).total_seconds()
         plan.wait = min(max(wait, 1.0), MAX_WAIT_SECONDS)
         return plan
-    slots = campaign.concurrency - in_flight
+    slots = min(campaign.concurrency - in_flight, MAX_CLAIMS_PER_ROUND)
     while slots > 0:
         due = (
             await session.scalars(
@@ -970,7 +978,9 @@ async def plan_round(session: AsyncSession, settings: Settings, campaign: Campai
             )
             slots -= 1
         await session.flush()
-    if not plan.claims and not in_flight and waiting_retry is not None:
+    if len(plan.claims) == MAX_CLAIMS_PER_ROUND and in_flight + len(plan.claims) < campaign.concurrency:
+        plan.wait = 0.0  # more may start now: the next round follows at once
+    elif not plan.claims and not in_flight and waiting_retry is not None:
         plan.wait = min(max((waiting_retry - now).total_seconds(), 1.0), MAX_WAIT_SECONDS)
     return plan
 

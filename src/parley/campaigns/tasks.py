@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import structlog
 
 from parley.campaigns import service
@@ -50,7 +48,9 @@ async def tick(ctx: JobContext, payload: Payload) -> None:
         if scheduled is None and left and not payload.get("after_lease"):
             queue.enqueue_later(service.TICK_JOB, {**payload, "after_lease": True}, left + 1.0)
         return
-    results = await asyncio.gather(*(_dial_one(ctx, claim) for claim in plan.claims))
+    # One dial after the other: each waits at most the outbound time-out, and a round claims at most
+    # service.MAX_CLAIMS_PER_ROUND, so it ends well within its lease (calls stay up long after).
+    results = [await _dial_one(ctx, claim) for claim in plan.claims]
     if plan.claims:
         log.info("campaign_round", campaign_id=campaign_id, dialed=len(plan.claims), results=sorted(results))
     follow_up = new_id("rnd") if plan.wait is not None else None
