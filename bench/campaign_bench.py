@@ -13,6 +13,7 @@ forward by the bench).
    counted from the Twilio server's own call log.
 
     .venv/bin/python bench/campaign_bench.py [--contacts 1000] [--concurrency 10] [--call-seconds 0.3]
+    .venv/bin/python bench/campaign_bench.py --upload-rows 100000   # only the CSV upload: time, memory
 
 Figures are wall-clock times on a shared machine: compare runs on the same machine only.
 """
@@ -270,6 +271,51 @@ async def run(
     carrier_task.cancel()
 
 
+async def upload(rows: int, data_dir: Path, twilio_url: str) -> None:
+    """One CSV upload of ``rows`` contacts (BOM, semicolons, a quoted field): time and Python memory."""
+    import tracemalloc
+
+    url = f"sqlite+aiosqlite:///{data_dir / 'bench.db'}"
+    app = create_app(_settings(data_dir, url))
+    async with app.router.lifespan_context(app):
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://parley.test", timeout=600
+        )
+        h, flow = await _org(client, twilio_url)
+        body = {"name": "upload", "flow_id": flow, "caller_id": CALLER, "windows": ALWAYS}
+        cid = (await client.post("/api/campaigns", json=body, headers=h)).json()["id"]
+        csv = "\ufeffTelefon;Vorname;Notiz\r\n" + "".join(
+            f'+4917{i:08d};Kunde {i};"Rückruf; bitte"\r\n' for i in range(rows)
+        )
+        content = csv.encode()
+        tracemalloc.start()
+        started = time.perf_counter()
+        response = await client.post(
+            f"/api/campaigns/{cid}/contacts", content=content, headers={**h, "Content-Type": "text/csv"}
+        )
+        elapsed = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert response.status_code == 200, response.text[:500]
+        print(
+            f"upload: {rows} rows, {len(content) / 1e6:.1f} MB CSV in {elapsed:.1f} s ({rows / elapsed:.0f} rows/s)"
+        )
+        print(
+            f"  Python allocations at peak during the request: {peak / 1e6:.1f} MB (the body itself included)"
+        )
+        bad = csv.replace("+4917" + f"{rows // 2:08d}", "0170-kaputt", 1)
+        cid2 = (await client.post("/api/campaigns", json={**body, "name": "bad"}, headers=h)).json()["id"]
+        started = time.perf_counter()
+        refused = await client.post(
+            f"/api/campaigns/{cid2}/contacts", content=bad.encode(), headers={**h, "Content-Type": "text/csv"}
+        )
+        print(
+            f"  one bad row among {rows}: HTTP {refused.status_code} in {time.perf_counter() - started:.1f} s, "
+            f"row {refused.json()['detail'][0]['loc'][-1]} named, nothing added"
+        )
+        await client.aclose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -277,12 +323,16 @@ def main() -> None:
     parser.add_argument("--contacts", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--call-seconds", type=float, default=0.3)
+    parser.add_argument("--upload-rows", type=int, default=0, help="only measure one CSV upload of this size")
     args = parser.parse_args()
     configure_logging("WARNING", False)
     state = tw_stub.TwilioState()
     state.add_number(CALLER)
     with tempfile.TemporaryDirectory() as tmp, serve_in_thread(tw_stub.make_twilio_stub(state)) as twilio_url:
         upgrade(f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}")
+        if args.upload_rows:
+            asyncio.run(upload(args.upload_rows, Path(tmp), twilio_url))
+            return
         asyncio.run(run(args.contacts, args.concurrency, args.call_seconds, Path(tmp), twilio_url, state))
 
 

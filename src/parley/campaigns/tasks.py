@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+
 import structlog
 
 from parley.campaigns import service
