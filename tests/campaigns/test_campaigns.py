@@ -16,6 +16,7 @@ from sqlalchemy import update
 
 from parley.campaigns.models import Campaign, CampaignContact
 from parley.kit.db import Database
+from parley.sessions.models import ConversationSession
 from tests.campaigns.conftest import ALWAYS, CALLER_ID, Harness, contacts, make_campaign, upload_csv
 from tests.organizations.test_router import BOB
 from tests.telephony.conftest import Org, Stub, new_org
@@ -379,3 +380,37 @@ async def test_campaign_dials_through_livekit(harness: Harness, org: Org, liveki
     contact = (await contacts(org, campaign["id"]))["+491701111111"]
     assert contact["status"] == "completed" and contact["last_result"].startswith("session_")
     assert (await org.get(f"/api/campaigns/{campaign['id']}")).json()["status"] == "completed"
+
+
+async def test_a_lost_status_callback_is_made_up_for_by_the_sessions_end(
+    harness: Harness, org: Org, twilio: Stub
+) -> None:
+    campaign = await make_campaign(org, concurrency=2)
+    assert (await upload_csv(org, campaign["id"], "phone\n+491701111111\n+491702222222\n")).status_code == 200
+    assert (await org.post(f"/api/campaigns/{campaign['id']}/start")).status_code == 200
+    await harness.drain()
+    found = await contacts(org, campaign["id"])
+    ended, silent = found["+491701111111"], found["+491702222222"]
+    assert ended["status"] == silent["status"] == "in_call"
+    assert (await org.post(f"/api/sessions/{ended['call_id']}/end")).status_code == 200
+    await harness.nudge(campaign["id"])
+    assert (await contacts(org, campaign["id"]))["+491701111111"]["status"] == "in_call"  # within the grace
+    long_ago = datetime.now(UTC) - timedelta(hours=5)
+    async with harness.app.state.db.sessionmaker() as session:
+        await session.execute(
+            update(ConversationSession)
+            .where(ConversationSession.id == ended["call_id"])
+            .values(ended_at=long_ago)
+        )
+        await session.execute(
+            update(CampaignContact).where(CampaignContact.id == silent["id"]).values(last_attempt_at=long_ago)
+        )
+        await session.commit()
+    await harness.nudge(campaign["id"])
+    found = await contacts(org, campaign["id"])
+    assert found["+491701111111"]["status"] == "completed"
+    assert (
+        found["+491702222222"]["status"] == "failed" and found["+491702222222"]["last_result"] == "no_result"
+    )
+    assert found["+491702222222"]["next_attempt_at"] is None
+    assert len(twilio.state.calls) == 2

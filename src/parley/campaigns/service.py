@@ -71,7 +71,11 @@ STATUS_CALLBACK_PATH = "/api/campaigns/twilio/status"
 AMD_CALLBACK_PATH = "/api/campaigns/twilio/amd"
 
 ROUND_LEASE = timedelta(seconds=60)  # a dialing round holds the campaign this long at most
-DIAL_LEASE = timedelta(minutes=5)  # a claimed contact that never reached a call is given up after this
+DIAL_LEASE = timedelta(minutes=5)
+CALLBACK_GRACE = timedelta(minutes=10)  # a Twilio call's session ended this long ago: its callback is lost
+CALL_GIVE_UP = timedelta(
+    hours=4
+)  # a call under way this long without any result is given up  # a claimed contact that never reached a call is given up after this
 MAX_WAIT_SECONDS = 3600.0  # the longest a running campaign sleeps before it looks again
 MAX_CLAIMS_PER_ROUND = 5  # dials per round (one after the other); a full round is followed at once
 UPLOAD_BATCH = 1000
@@ -867,7 +871,10 @@ async def _expire_stale(session: AsyncSession, campaign: Campaign, now: datetime
 
 
 async def _reconcile_ended(session: AsyncSession, campaign: Campaign, now: datetime) -> None:
-    """LiveKit calls report no status callback: their result is the end of the call's session."""
+    """Results that arrive without a callback: a LiveKit call's result is the end of its session (LiveKit
+    reports no call status); a Twilio call whose session ended ``CALLBACK_GRACE`` ago without a status
+    callback (lost) is taken as completed; a call with no result at all after ``CALL_GIVE_UP`` is
+    ``failed`` / ``no_result`` and not called again."""
     rows = (
         await session.execute(
             select(CampaignContact, ConversationSession.outcome)
@@ -875,14 +882,29 @@ async def _reconcile_ended(session: AsyncSession, campaign: Campaign, now: datet
             .where(
                 CampaignContact.campaign_id == campaign.id,
                 CampaignContact.status == "in_call",
-                CampaignContact.provider == "livekit",
                 ConversationSession.status == "ended",
+                or_(
+                    CampaignContact.provider != "twilio",
+                    ConversationSession.ended_at < now - CALLBACK_GRACE,
+                ),
             )
         )
     ).all()
     for contact, outcome in rows:
         contact.last_result = f"session_{outcome or 'ended'}"[:40]
-        _conclude(campaign, contact, "completed", now)
+        _conclude(campaign, contact, "voicemail" if contact.answered_by in MACHINE else "completed", now)
+    silent = (
+        await session.scalars(
+            select(CampaignContact).where(
+                CampaignContact.campaign_id == campaign.id,
+                CampaignContact.status == "in_call",
+                CampaignContact.last_attempt_at < now - CALL_GIVE_UP,
+            )
+        )
+    ).all()
+    for contact in silent:
+        contact.last_result = "no_result"
+        _conclude(campaign, contact, "failed", now, "No result arrived for this call.", final=True)
 
 
 def _due(campaign: Campaign, now: datetime) -> Any:
