@@ -25,6 +25,7 @@ from parley.billing.router import router as billing_router
 from parley.brain.router import router as brain_router
 from parley.calls.router import outbound_router as outbound_calls_router
 from parley.calls.router import router as calls_router
+from parley.campaigns.router import router as campaigns_router
 from parley.channels.router import router as channels_router
 from parley.config import Settings, prepare_settings
 from parley.console.router import router as console_router
@@ -110,6 +111,7 @@ ROUTERS = (
     telephony_router,
     telephony_admin_router,
     outbound_calls_router,
+    campaigns_router,
     integrations_router,
     privacy_router,
     playground_router,
@@ -217,6 +219,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         "/api/assets": settings.asset_max_bytes + 64 * 1024,
         "/api/knowledge/documents": MAX_DOCUMENT_BYTES + 64 * 1024,
         "/api/inference/stt": 10 * 1024 * 1024 + 64 * 1024,
+        "/api/campaigns/": 64 * 1024 * 1024,  # contact lists: 100,000 rows and more (checked per row)
     }
     app.add_middleware(
         BodySizeLimitMiddleware,

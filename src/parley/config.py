@@ -123,6 +123,9 @@ class Settings(BaseSettings):
     )
     outbound_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
     outbound_timeout: float = Field(default=10.0, gt=0)
+    # Campaigns: how long a running campaign waits between dialing rounds when nothing else wakes it
+    # (a finished call's status callback starts the next round at once).
+    campaign_poll_seconds: float = Field(default=5.0, gt=0, le=3600)
     llm_timeout: float = Field(default=60.0, gt=0, le=600, description="Seconds an LLM call may take.")
 
     log_level: LogLevel = "INFO"

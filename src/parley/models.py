@@ -5,6 +5,7 @@ from parley.audit.models import AuditEvent
 from parley.auth.models import ApiKey, Membership, Organization, User
 from parley.brain.models import BrainSignal
 from parley.calls.models import Call
+from parley.campaigns.models import Campaign, CampaignContact, DoNotCall
 from parley.channels.models import ChannelRoute, WhatsAppAccount, WhatsAppMessage
 from parley.datasets.models import Dataset, DatasetItem, DatasetTag
 from parley.evaluations.models import EvaluationResult, EvaluationRun, EvaluationSuite
@@ -32,12 +33,15 @@ __all__ = [
     "Base",
     "BrainSignal",
     "Call",
+    "Campaign",
+    "CampaignContact",
     "ChannelRoute",
     "ConversationSession",
     "Dataset",
     "DatasetItem",
     "DatasetTag",
     "DispatchRule",
+    "DoNotCall",
     "EvaluationResult",
     "EvaluationRun",
     "EvaluationSuite",

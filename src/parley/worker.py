@@ -23,6 +23,7 @@ TASK_MODULES: tuple[str, ...] = (
     "parley.privacy.tasks",  # delete calls, recordings and transcripts past their retention
     "parley.sessions.privacy",  # the sessions' personal data, for the privacy jobs (no job of its own)
     "parley.channels.privacy",  # WhatsApp messages as personal data, for the privacy jobs (no job of its own)
+    "parley.campaigns.tasks",  # campaigns: dialing rounds, answering-machine handling
 )
 
 

@@ -5,15 +5,23 @@
 - ``POST /2010-04-01/Accounts/{sid}/Calls.json`` (``To``, ``From``, ``Url`` or ``Twiml``), answered 201
 - ``POST /2010-04-01/Accounts/{sid}/Calls/{CA...}.json`` (update a live call: ``Twiml``, ``Url`` or
   ``Status``); an unknown call is 404 (20404), one no longer in progress 400 (21220)
-HTTP basic auth with the account SID and auth token; errors are Twilio's JSON ``{code, message,
+Calls placed with ``StatusCallback`` / ``AsyncAmdStatusCallback`` get Twilio's callbacks when a test ends
+them: :meth:`TwilioState.finish` and :meth:`TwilioState.answered_by` build the signed form posts Twilio
+sends (``X-Twilio-Signature``: HMAC-SHA1 of the URL and the sorted parameters with the auth token); the
+test posts them to Parley. ``hold`` keeps ``Calls.json`` from answering after
+the call is placed (a dialer that dies while waiting). HTTP basic auth with the account SID and auth token; errors are Twilio's JSON ``{code, message,
 more_info, status}``. ``outage`` answers 503 to everything; lists are paged (``PageSize`` capped by ``max_page_size``,
 ``next_page_uri``) as Twilio does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import hashlib
+import hmac
 import itertools
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +34,29 @@ ACCOUNT_SID = "AC" + "0123456789abcdef" * 2
 AUTH_TOKEN = "stub-twilio-auth-token-0123456789"
 
 
+def twilio_signature(url: str, params: dict[str, str], token: str = AUTH_TOKEN) -> str:
+    """Twilio's X-Twilio-Signature: base64(HMAC-SHA1(token, url + name1 + value1 + ...)), names sorted."""
+    data = url + "".join(key + params[key] for key in sorted(params))
+    return base64.b64encode(hmac.new(token.encode(), data.encode(), hashlib.sha1).digest()).decode()
+
+
+@dataclass(frozen=True)
+class Callback:
+    """One callback request as Twilio sends it: a signed form POST to ``url``."""
+
+    url: str
+    params: dict[str, str]
+    signature: str
+
+    @classmethod
+    def signed(cls, url: str, params: dict[str, str]) -> Callback:
+        return cls(url, params, twilio_signature(url, params))
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Content-Type": "application/x-www-form-urlencoded", "X-Twilio-Signature": self.signature}
+
+
 @dataclass
 class TwilioState:
     numbers: dict[str, dict[str, Any]] = field(default_factory=dict)  # sid -> number resource
@@ -35,6 +66,8 @@ class TwilioState:
     updates: list[dict[str, str]] = field(default_factory=list)  # every call update, in order
     outage: bool = False
     max_page_size: int = 1000
+    hold: threading.Event | None = None  # set: Calls.json answers; unset: it waits after placing
+    placed: threading.Event = field(default_factory=threading.Event)  # set on every placed call
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def reset(self) -> None:
@@ -44,6 +77,52 @@ class TwilioState:
         self.updates.clear()
         self.outage = False
         self.max_page_size = 1000
+        self.hold = None
+        self.placed.clear()
+
+    def call_for(self, to: str) -> list[dict[str, str]]:
+        return [c for c in self.calls if c.get("To") == to]
+
+    def finish(self, sid: str, status: str = "completed", duration: int = 42) -> Callback | None:
+        """End a call with ``status`` (completed, busy, no-answer, failed, canceled): the status
+        callback Twilio sends for it, or None when the call asked for none."""
+        call = next(c for c in self.calls if c["sid"] == sid)
+        self.live[sid]["status"] = status
+        url = call.get("StatusCallback")
+        if not url:
+            return None
+        params = {
+            "AccountSid": ACCOUNT_SID,
+            "ApiVersion": "2010-04-01",
+            "CallSid": sid,
+            "CallStatus": status,
+            "Called": call["To"],
+            "Caller": call["From"],
+            "Direction": "outbound-api",
+            "From": call["From"],
+            "To": call["To"],
+            "CallDuration": str(duration if status == "completed" else 0),
+            "Timestamp": "Wed, 25 Nov 2026 20:00:00 +0000",
+            "CallbackSource": "call-progress-events",
+            "SequenceNumber": "0",
+        }
+        return Callback.signed(url, params)
+
+    def answered_by(self, sid: str, answered_by: str) -> Callback | None:
+        """The asynchronous answering-machine detection result (``AnsweredBy``: human, machine_start,
+        machine_end_beep, machine_end_silence, machine_end_other, fax, unknown)."""
+        call = next(c for c in self.calls if c["sid"] == sid)
+        url = call.get("AsyncAmdStatusCallback")
+        if not url or call.get("AsyncAmd") != "true":
+            return None
+        self.live[sid]["status"] = "in-progress"
+        params = {
+            "AccountSid": ACCOUNT_SID,
+            "CallSid": sid,
+            "AnsweredBy": answered_by,
+            "MachineDetectionDuration": "2300",
+        }
+        return Callback.signed(url, params)
 
     def ring(self, call_sid: str, from_: str, to: str) -> None:
         """An incoming call that Twilio now carries (its voice webhook is Parley's business)."""
@@ -128,6 +207,9 @@ def make_twilio_stub(state: TwilioState) -> Starlette:
         sid = f"CA{next(state._ids):032x}"
         state.calls.append({"sid": sid, **form})
         state.live[sid] = {"sid": sid, "from": form["From"], "to": form["To"], "status": "queued"}
+        state.placed.set()
+        if state.hold is not None:
+            await asyncio.to_thread(state.hold.wait, 60)
         return JSONResponse(
             {
                 "sid": sid,

@@ -7,7 +7,9 @@ whatever it had started.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
@@ -28,7 +30,7 @@ from parley.channels import routing
 from parley.config import Settings
 from parley.flows.models import Flow
 from parley.kit.crypto import mask, row_secrets
-from parley.kit.db import before_commit, short_read, utcnow
+from parley.kit.db import before_commit, checkpoint, short_read, utcnow
 from parley.kit.errors import Conflict, Forbidden, NotFound, ParleyError, Unprocessable, UpstreamError
 from parley.kit.ids import new_id
 from parley.kit.outbound import outbound_policy
@@ -38,6 +40,7 @@ from parley.providers.catalog import PROVIDERS, LiveKitConfig, TwilioConfig
 from parley.providers.models import ProviderConfig
 from parley.providers.service import load_config
 from parley.sessions import service as sessions
+from parley.sessions.models import ConversationSession
 from parley.sessions.schemas import SessionCreate
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk, TwilioCall
 from parley.telephony.providers import ProviderFailure
@@ -657,36 +660,89 @@ def audit_webhook(
 # --- outbound calls --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class DialExtras:
+    """What a campaign adds to an outbound call: the flow's start values for this person, and the
+    Twilio callbacks for the call's final status and answering-machine detection (URLs on this
+    platform, signed by Twilio)."""
+
+    variables: dict[str, Any] = dataclasses.field(default_factory=dict)
+    status_callback: str | None = None
+    amd_callback: str | None = None
+
+
 async def place_outbound_call(
-    session: AsyncSession, settings: Settings, context: OrgContext, data: OutboundCallIn
+    session: AsyncSession,
+    settings: Settings,
+    context: OrgContext,
+    data: OutboundCallIn,
+    *,
+    extras: DialExtras | None = None,
 ) -> OutboundCallOut:
     """Start a phone session on ``flow_id`` and have the number's provider dial ``to``.
 
     404 unknown flow or a ``from_number`` that is not the organization's; 409 no published flow or no
     way to dial; 502 the provider refused (the session is not kept).
+
+    The look-ups run in a short read; the new session is committed (``checkpoint``) before the
+    provider is asked to dial, so no transaction is held while the provider answers. When the provider
+    refuses, the session is deleted again and that is committed before the 502 is raised.
     """
+    extras = extras or DialExtras()
     organization_id = context.organization_id
-    number = await session.scalar(
-        scoped(PhoneNumber, organization_id).where(PhoneNumber.number == data.from_number)
-    )
-    if number is None:
-        raise NotFound(
-            f"{data.from_number} is not one of this organization's numbers; add it with POST /api/telephony/numbers."
+    twilio: TwilioClient | None = None
+    livekit: LiveKitSip | None = None
+    trunk_id: str | None = None
+    async with short_read(session) as reader:
+        number = await reader.scalar(
+            scoped(PhoneNumber, organization_id).where(PhoneNumber.number == data.from_number)
         )
-    if number.provider == "twilio":
-        twilio = await twilio_for(session, settings, organization_id)
-        if twilio is None:
-            raise Conflict(
-                "Twilio is not configured in this organization (PUT /api/providers/twilio/config)."
+        if number is None:
+            raise NotFound(
+                f"{data.from_number} is not one of this organization's numbers; add it with POST /api/telephony/numbers."
             )
-        row, _ = await sessions.create_session(
-            session,
-            settings,
-            context,
-            SessionCreate(
-                flow_id=data.flow_id, channel="phone", voiced=True, caller=data.from_number, callee=data.to
-            ),
-        )
+        provider = number.provider
+        if provider == "twilio":
+            twilio = await twilio_for(reader, settings, organization_id)
+            if twilio is None:
+                raise Conflict(
+                    "Twilio is not configured in this organization (PUT /api/providers/twilio/config)."
+                )
+        else:
+            livekit = await livekit_for(reader, settings, organization_id)
+            if livekit is None:
+                raise Conflict(
+                    "LiveKit is not configured in this organization (PUT /api/providers/livekit/config)."
+                )
+            trunks = (
+                await reader.scalars(
+                    scoped(SipTrunk, organization_id)
+                    .where(SipTrunk.direction == "outbound")
+                    .order_by(SipTrunk.id)
+                )
+            ).all()
+            trunk = next((t for t in trunks if data.from_number in (t.numbers or []) and t.provider_id), None)
+            if trunk is None:
+                raise Conflict(
+                    f"No synced outbound trunk carries {data.from_number}; create one with this number and "
+                    "run the telephony sync."
+                )
+            trunk_id = trunk.provider_id
+    row, _ = await sessions.create_session(
+        session,
+        settings,
+        context,
+        SessionCreate(
+            flow_id=data.flow_id,
+            channel="phone",
+            voiced=True,
+            caller=data.from_number,
+            callee=data.to,
+            variables=extras.variables,
+        ),
+    )
+    await checkpoint(session)  # the session exists for the media stream; no transaction during the dial
+    if twilio is not None:
         token, _ = issue_stream_token(
             settings,
             organization_id=organization_id,
@@ -696,9 +752,14 @@ async def place_outbound_call(
         )
         try:
             call = await twilio.create_call(
-                to=data.to, from_=data.from_number, twiml=twiml_connect(settings, token)
+                to=data.to,
+                from_=data.from_number,
+                twiml=twiml_connect(settings, token),
+                status_callback=extras.status_callback,
+                amd_callback=extras.amd_callback,
             )
         except ProviderFailure as exc:
+            await _forget_session(session, row)
             raise upstream(exc, "placing the call") from exc
         if call.sid:
             session.add(
@@ -719,39 +780,18 @@ async def place_outbound_call(
             status=call.status,
         )
 
-    livekit = await livekit_for(session, settings, organization_id)
-    if livekit is None:
-        raise Conflict("LiveKit is not configured in this organization (PUT /api/providers/livekit/config).")
-    trunks = (
-        await session.scalars(
-            scoped(SipTrunk, organization_id).where(SipTrunk.direction == "outbound").order_by(SipTrunk.id)
-        )
-    ).all()
-    trunk = next((t for t in trunks if data.from_number in (t.numbers or []) and t.provider_id), None)
-    if trunk is None:
-        raise Conflict(
-            f"No synced outbound trunk carries {data.from_number}; create one with this number and run the "
-            "telephony sync."
-        )
-    row, _ = await sessions.create_session(
-        session,
-        settings,
-        context,
-        SessionCreate(
-            flow_id=data.flow_id, channel="phone", voiced=True, caller=data.from_number, callee=data.to
-        ),
-    )
-    assert trunk.provider_id is not None
+    assert livekit is not None and trunk_id is not None
     try:
         async with livekit as lk:
             participant = await lk.create_sip_participant(
-                trunk_id=trunk.provider_id,
+                trunk_id=trunk_id,
                 to=data.to,
                 from_number=data.from_number,
                 room_name=f"parley-{row.id}",
                 identity=f"phone-{row.id}",
             )
     except ProviderFailure as exc:
+        await _forget_session(session, row)
         raise upstream(exc, "placing the call") from exc
     return OutboundCallOut(
         session_id=row.id,
@@ -761,6 +801,14 @@ async def place_outbound_call(
         from_number=data.from_number,
         status="dialing",
     )
+
+
+async def _forget_session(session: AsyncSession, row: ConversationSession) -> None:
+    """The provider refused the call: delete the session committed for it, and commit that now (the
+    error that follows rolls back only what comes after)."""
+    await session.delete(row)
+    await session.flush()
+    await checkpoint(session)
 
 
 def trunks_query(organization_id: str) -> Select[SipTrunk]:

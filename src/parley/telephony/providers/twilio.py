@@ -132,9 +132,40 @@ class TwilioClient:
         item = await self._request("POST", f"/Calls/{call_sid}.json", data={"Twiml": twiml})
         return TwilioCallInfo(sid=str(item.get("sid") or call_sid), status=str(item.get("status") or ""))
 
-    async def create_call(self, *, to: str, from_: str, twiml: str) -> TwilioCallInfo:
-        item = await self._request("POST", "/Calls.json", data={"To": to, "From": from_, "Twiml": twiml})
+    async def create_call(
+        self,
+        *,
+        to: str,
+        from_: str,
+        twiml: str,
+        status_callback: str | None = None,
+        amd_callback: str | None = None,
+    ) -> TwilioCallInfo:
+        """Place a call running ``twiml``. ``status_callback``: Twilio posts the call's final status
+        there (``CallStatus``: completed, busy, no-answer, failed, canceled). ``amd_callback``: answering
+        machine detection runs (``MachineDetection=DetectMessageEnd``, asynchronously, so the caller is
+        not kept waiting) and Twilio posts ``AnsweredBy`` there."""
+        data = {"To": to, "From": from_, "Twiml": twiml}
+        if status_callback:
+            data |= {
+                "StatusCallback": status_callback,
+                "StatusCallbackMethod": "POST",
+                "StatusCallbackEvent": "completed",
+            }
+        if amd_callback:
+            data |= {
+                "MachineDetection": "DetectMessageEnd",
+                "AsyncAmd": "true",
+                "AsyncAmdStatusCallback": amd_callback,
+                "AsyncAmdStatusCallbackMethod": "POST",
+            }
+        item = await self._request("POST", "/Calls.json", data=data)
         return TwilioCallInfo(sid=str(item.get("sid") or ""), status=str(item.get("status") or "queued"))
+
+    async def end_call(self, call_sid: str) -> TwilioCallInfo:
+        """Hang up a live call (the Calls resource's update with ``Status=completed``)."""
+        item = await self._request("POST", f"/Calls/{call_sid}.json", data={"Status": "completed"})
+        return TwilioCallInfo(sid=str(item.get("sid") or call_sid), status=str(item.get("status") or ""))
 
 
 def _number(item: dict[str, Any]) -> TwilioNumber:
