@@ -163,8 +163,9 @@ async def accuracy(language: str, seed: int, speed: int, verbose: bool) -> tuple
     return numbers_ok, answers_ok
 
 
-async def max_lag(work: object | None) -> float:
-    """The longest delay of a 5 ms ticker on the loop while ``work`` (a coroutine factory) runs."""
+async def max_lag(work: object | None, alone_s: float = 0.3) -> float:
+    """The longest delay of a 5 ms ticker on the loop while ``work`` (a coroutine factory) runs
+    (``None``: the ticker alone for ``alone_s`` seconds, the baseline)."""
     lags: list[float] = []
     stop = asyncio.Event()
 
@@ -177,7 +178,7 @@ async def max_lag(work: object | None) -> float:
     task = asyncio.create_task(ticker())
     await asyncio.sleep(0.05)
     if work is None:
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(alone_s)
     else:
         await work()  # type: ignore[operator]
     await asyncio.sleep(0.02)
@@ -211,8 +212,17 @@ async def loop_lag(runs: int) -> None:
         figures["miss_full"].append(await max_lag(lambda: open_and_close("en", None)))
     # The same misses with decoders in a decoder process (PARLEY_VOICE_DECODER_PROCESSES): the
     # process warms nothing, so every stream builds its decoder there; and the start-up warm itself.
-    figures.update({"warm_up_here": [], "proc_warm_up": [], "proc_miss_lexicon": [], "proc_miss_full": []})
+    figures.update(
+        {
+            "baseline_3s": [],
+            "warm_up_here": [],
+            "proc_warm_up": [],
+            "proc_miss_lexicon": [],
+            "proc_miss_full": [],
+        }
+    )
     for _ in range(runs):
+        figures["baseline_3s"].append(await max_lag(None, 3.0))  # as long as a warm-up, for comparison
         drain(Lexicon("de"))
         drain(None)
         figures["warm_up_here"].append(await max_lag(lambda: asyncio.to_thread(warm_pool, 2)))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import multiprocessing
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 # Threads that wait on the processes' pipes (waiting holds no GIL): enough for several streams at once.
 EXECUTOR = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sphinx-host")
 
+NICE = 5  # how much lower the decoder processes run than the server
+
 _STOPPED = "the offline recognizer's process stopped; the next stream starts a new one"
 
 
@@ -43,6 +46,10 @@ def _serve(conn: Connection, warm: int) -> None:
     """The decoder process: open/process/release sessions by id until the pipe closes."""
     from parley.voice.engines import sphinx
 
+    # Below the server in the scheduler: on a busy machine a decoder loading here must not take the
+    # CPU from the process that paces the calls' frames.
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
     sessions: dict[int, DecoderSession] = {}
     if warm:
         sphinx.warm_pool(warm)
