@@ -9,7 +9,8 @@ blocking pipe round trips run on worker threads, which wait without holding the 
 
 A process serves one request at a time (a lock per process), so a decoder being built delays the
 transcripts of the other streams of *that* process, never the event loop; a new stream goes to the
-process with the fewest open streams. A process that dies is replaced on the next stream; its open
+process with the fewest open streams. A process answers once its start-up warm is done, so the first
+streams after start-up wait for it (their transcripts, not the loop). A process that dies is replaced on the next stream; its open
 streams end with :class:`EngineUnavailable`.
 
 ``PARLEY_VOICE_DECODER_PROCESSES=0`` (the tests) decodes in this process, as a library user would.
@@ -92,8 +93,13 @@ class DecoderProcess:
         self._process.start()
         child.close()
         self._lock = threading.Lock()
+        self._count = threading.Lock()
         self.streams = 0  # open streams pinned here
         self.dead = False
+
+    def count(self, change: int) -> None:
+        with self._count:
+            self.streams += change
 
     def alive(self) -> bool:
         return not self.dead and self._process.is_alive()
@@ -143,7 +149,7 @@ class RemoteSession:
         if self._released:
             return
         self._released = True
-        self._host.streams -= 1
+        self._host.count(-1)
         if self._host.alive():
             with contextlib.suppress(EngineUnavailable, RuntimeError):  # gone, and its decoders with it
                 self._host.call("release", self._sid)
@@ -165,7 +171,7 @@ class DecoderHosts:
                     host.stop()
                     self._hosts[index] = DecoderProcess(self._warm)
             host = min(self._hosts, key=lambda h: h.streams)
-            host.streams += 1
+            host.count(+1)
             return host
 
     def open(
@@ -177,7 +183,7 @@ class DecoderHosts:
         try:
             host.call("open", sid, (kind, grammar, list(phrases) if phrases else None, use_vad))
         except BaseException:
-            host.streams -= 1
+            host.count(-1)
             raise
         return RemoteSession(host, sid)
 
