@@ -14,6 +14,8 @@ streams after start-up wait for it (their transcripts, not the loop). A process 
 streams end with :class:`EngineUnavailable`.
 
 ``PARLEY_VOICE_DECODER_PROCESSES=0`` (the tests) decodes in this process, as a library user would.
+As with any *spawn* child, a script that starts these processes must keep its top-level work under
+``if __name__ == "__main__":`` (the ``parley`` and ``uvicorn`` entry points and ``python -m parley`` do).
 """
 
 from __future__ import annotations
