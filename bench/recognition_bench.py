@@ -10,9 +10,11 @@ while a recognizer loads.
 2. **Loop lag**: a 5 ms ticker runs on the event loop (a call's frame clock) while a stream opens;
    the longest tick delay is reported for: a warmed pool (what a call sees after start-up), a pool
    miss for a small-lexicon decoder (numbers, yes/no, German), and a pool miss for the full English
-   decoder (free speech). Side by side: the ticker alone (baseline).
+   decoder (free speech), and the start-up warm of 2 decoders per kind — decoding in this process,
+   then the same in a decoder process (``parley.voice.engines.sphinx_host``). Side by side: the
+   ticker alone (baseline).
 
-    .venv/bin/python bench/recognition_bench.py [--seed 7] [--speed 160]
+    .venv/bin/python bench/recognition_bench.py [--seed 7] [--speed 160] [--lag-runs 5] [--lag-only]
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 from parley.flows.definition import FlowDefinition
 from parley.runtime.numbers import spoken_digits
 from parley.runtime.validators import parse_yes_no
-from parley.voice.engines import sphinx
+from parley.voice.engines import sphinx, sphinx_host
 from parley.voice.engines.espeak import EspeakTts
 from parley.voice.engines.sphinx import Lexicon, PocketsphinxStt, pool, warm_pool
 from parley.voice.session_call import phrases_for
@@ -161,8 +163,9 @@ async def accuracy(language: str, seed: int, speed: int, verbose: bool) -> tuple
     return numbers_ok, answers_ok
 
 
-async def max_lag(work: object | None) -> float:
-    """The longest delay of a 5 ms ticker on the loop while ``work`` (a coroutine factory) runs."""
+async def max_lag(work: object | None, alone_s: float = 0.3) -> float:
+    """The longest delay of a 5 ms ticker on the loop while ``work`` (a coroutine factory) runs
+    (``None``: the ticker alone for ``alone_s`` seconds, the baseline)."""
     lags: list[float] = []
     stop = asyncio.Event()
 
@@ -175,7 +178,7 @@ async def max_lag(work: object | None) -> float:
     task = asyncio.create_task(ticker())
     await asyncio.sleep(0.05)
     if work is None:
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(alone_s)
     else:
         await work()  # type: ignore[operator]
     await asyncio.sleep(0.02)
@@ -207,8 +210,34 @@ async def loop_lag(runs: int) -> None:
         figures["miss_lexicon"].append(await max_lag(lambda: open_and_close("de", de_phrases)))
         drain(None)
         figures["miss_full"].append(await max_lag(lambda: open_and_close("en", None)))
+    # The same misses with decoders in a decoder process (PARLEY_VOICE_DECODER_PROCESSES): the
+    # process warms nothing, so every stream builds its decoder there; and the start-up warm itself.
+    figures.update(
+        {
+            "baseline_3s": [],
+            "warm_up_here": [],
+            "proc_warm_up": [],
+            "proc_miss_lexicon": [],
+            "proc_miss_full": [],
+        }
+    )
+    for _ in range(runs):
+        figures["baseline_3s"].append(await max_lag(None, 3.0))  # as long as a warm-up, for comparison
+        drain(Lexicon("de"))
+        drain(None)
+        figures["warm_up_here"].append(await max_lag(lambda: asyncio.to_thread(warm_pool, 2)))
+        hosts = await asyncio.to_thread(sphinx_host.start, 1, 2)
+        assert hosts is not None
+        figures["proc_warm_up"].append(await max_lag(lambda: asyncio.to_thread(hosts.ping)))  # noqa: B023
+        await asyncio.to_thread(sphinx_host.stop)
+        hosts = await asyncio.to_thread(sphinx_host.start, 1, 0)
+        assert hosts is not None
+        await asyncio.to_thread(hosts.ping)  # the process is up (imports done), its pool empty
+        figures["proc_miss_lexicon"].append(await max_lag(lambda: open_and_close("de", de_phrases)))
+        figures["proc_miss_full"].append(await max_lag(lambda: open_and_close("en", None)))
+        await asyncio.to_thread(sphinx_host.stop)
     for name, values in figures.items():
-        print(f"  loop lag, {name:<13} median {statistics.median(values):6.1f} ms, max {max(values):6.1f} ms")
+        print(f"  loop lag, {name:<17} median {statistics.median(values):6.1f} ms, max {max(values):6.1f} ms")
 
 
 async def main() -> None:
@@ -217,9 +246,10 @@ async def main() -> None:
     parser.add_argument("--speed", type=int, default=160, help="eSpeak words per minute")
     parser.add_argument("--lag-runs", type=int, default=5)
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--lag-only", action="store_true", help="skip the accuracy part")
     args = parser.parse_args()
     await asyncio.to_thread(warm_pool, 2)
-    for language in ("de", "en"):
+    for language in () if args.lag_only else ("de", "en"):
         numbers_ok, answers_ok = await accuracy(language, args.seed, args.speed, not args.quiet)
         print(f"{language}: order numbers {numbers_ok}/20 exact, yes/no {answers_ok}/10")
     await loop_lag(args.lag_runs)

@@ -32,6 +32,8 @@ os.environ.setdefault("PARLEY_LOG_JSON", "false")
 # stall its own event loop (and the audio another test is streaming) while it warms. Tests that are
 # about the pool warm it themselves (tests/voice/test_german_offline.py).
 os.environ.setdefault("PARLEY_VOICE_DECODER_POOL", "0")
+# Decode in-process; tests/voice/test_decoder_processes.py starts its own decoder processes.
+os.environ.setdefault("PARLEY_VOICE_DECODER_PROCESSES", "0")
 
 
 @pytest.fixture(scope="session", params=["sqlite", pg.ENGINE_NAME])

@@ -70,6 +70,7 @@ from parley.telephony.handover import PhoneLine
 from parley.telephony.router import router as telephony_router
 from parley.telephony.service import place_outbound_call
 from parley.tools.router import router as tools_router
+from parley.voice.engines import sphinx_host
 from parley.voice.engines.sphinx import warm_pool
 from parley.voice.router import router as inference_router
 from parley.voice.transport_ws import session_audio_socket
@@ -124,6 +125,14 @@ def _operation_id(route: APIRoute) -> str:
     return route.name
 
 
+def _load_recognizers(settings: Settings) -> None:
+    """Start the decoder processes (each warms its own pool), or warm this process's pool without them."""
+    if settings.voice_decoder_processes > 0:
+        sphinx_host.start(settings.voice_decoder_processes, settings.voice_decoder_pool)
+    else:
+        warm_pool(settings.voice_decoder_pool)
+
+
 def create_app(settings: Settings | None = None, *, database: Database | None = None) -> FastAPI:
     """Build the platform app. ``database`` lets tests hand in a connection-bound session factory."""
     settings = prepare_settings(settings)
@@ -161,13 +170,17 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         signal_drain = SignalDrain(lifecycle_of(app))
         signal_drain.install()
         instrument_engine(app, app.state.db.engine)
-        # Offline recognizer decoders hold the GIL while they load: load them now, in a thread, not
-        # when a caller is on the line (the pool is per process, so a second app finds it full).
-        warming = asyncio.create_task(asyncio.to_thread(warm_pool, settings.voice_decoder_pool))
+        # Offline recognizer decoders hold the GIL while they load: they load and decode in helper
+        # processes (PARLEY_VOICE_DECODER_PROCESSES), each warming its pool at start; with none, they
+        # load here in a thread before callers arrive (the pool is per process, so a second app finds
+        # it full).
+        warming = asyncio.create_task(asyncio.to_thread(_load_recognizers, settings))
         try:
             yield
         finally:
             warming.cancel()
+            if settings.voice_decoder_processes > 0:
+                await asyncio.to_thread(sphinx_host.stop)
             signal_drain.uninstall()
             shutdown_tracing(app)
             await app.state.token_refresher.stop()

@@ -173,7 +173,16 @@ class Settings(BaseSettings):
         default=2,
         ge=0,
         le=16,
-        description="Offline recognizer decoders of each kind loaded at start-up, off the event loop; 0 loads on first use.",
+        description="Offline recognizer decoders of each kind loaded at start-up (in each decoder process), off the event loop; 0 loads on first use.",
+    )
+    voice_decoder_processes: int = Field(
+        default=2,
+        ge=0,
+        le=16,
+        description=(
+            "Helper processes that load and run the offline recognizer, so a loading decoder never "
+            "stalls a call; 0 decodes in the server's own process."
+        ),
     )
     voice_recording_max_seconds: int = Field(
         default=900,

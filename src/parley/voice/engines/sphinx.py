@@ -28,13 +28,13 @@ import re
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from parley.voice.audio import Resampler
-from parley.voice.engines import lexicon
+from parley.voice.engines import lexicon, sphinx_host
 from parley.voice.engines.base import (
     EngineUnavailable,
     LanguageUnavailable,
@@ -306,21 +306,56 @@ class _Decoding:
         return out
 
 
-class SphinxStream(SttStream):
+class DecoderSession:
+    """One stream's decoder and decoding state, driven by blocking calls from one thread at a time.
+
+    Runs in this process (tests, ``PARLEY_VOICE_DECODER_PROCESSES=0``) or inside a decoder process
+    (:mod:`parley.voice.engines.sphinx_host`), where building and decoding never hold this process's GIL.
+    """
+
     def __init__(
-        self,
-        decoder: Any,
-        model: DecoderKind,
-        sample_rate: int,
-        grammar: str | None,
-        use_vad: bool,
+        self, kind: DecoderKind, grammar: str | None, phrases: Sequence[str] | None, use_vad: bool
     ) -> None:
-        self._model = model
-        self._decoder = decoder
-        self._grammar = grammar
+        decoder = _POOL.take(kind)
+        if grammar is None and phrases and not isinstance(kind, Lexicon):
+            grammar = PocketsphinxStt.grammar(decoder, phrases)
         if grammar is not None:
             use_grammar(decoder, grammar)
-        self._decoding = _Decoding(decoder, use_vad, spell=isinstance(model, Lexicon))
+        self._decoder: Any = decoder
+        self._kind = kind
+        self._grammar = grammar
+        self._decoding = _Decoding(decoder, use_vad, spell=isinstance(kind, Lexicon))
+
+    def process(self, audio: bytes, final: bool) -> list[Transcript]:
+        return self._decoding.process(audio, final)
+
+    def release(self) -> None:
+        """Hand the decoder back to the pool (idempotent)."""
+        if self._decoder is None:
+            return
+        decoder, self._decoder = self._decoder, None
+        try:
+            if self._decoding.utt_start_ms is not None:
+                decoder.end_utt()
+            if self._grammar is not None and not isinstance(self._kind, Lexicon):
+                decoder.activate_search("_default")  # the grammar stays compiled for the next stream
+        except RuntimeError:  # a decoder in a bad state is not reused
+            return
+        _POOL.give(self._kind, decoder)
+
+
+class SessionPort(Protocol):
+    """What a stream drives: a :class:`DecoderSession` here, or one in a decoder process."""
+
+    def process(self, audio: bytes, final: bool) -> list[Transcript]: ...
+
+    def release(self) -> None: ...
+
+
+class SphinxStream(SttStream):
+    def __init__(self, session: SessionPort, sample_rate: int, executor: Executor) -> None:
+        self._session: SessionPort | None = session
+        self._executor = executor
         self._resampler = Resampler(sample_rate, RATE)
         self._audio: list[bytes] = []
         self._wake = asyncio.Event()
@@ -349,6 +384,8 @@ class SphinxStream(SttStream):
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        session = self._session
+        assert session is not None
         try:
             while True:
                 await self._wake.wait()
@@ -356,7 +393,7 @@ class SphinxStream(SttStream):
                 audio = b"".join(self._audio)
                 self._audio.clear()
                 final = self._finishing
-                for item in await loop.run_in_executor(_EXECUTOR, self._decoding.process, audio, final):
+                for item in await loop.run_in_executor(self._executor, session.process, audio, final):
                     self._results.put_nowait(item)
                 if final:
                     break
@@ -367,17 +404,12 @@ class SphinxStream(SttStream):
             self._release()
 
     def _release(self) -> None:
-        if self._decoder is None:
-            return
-        decoder, self._decoder = self._decoder, None
-        try:
-            if self._decoding.utt_start_ms is not None:
-                decoder.end_utt()
-            if self._grammar is not None and not isinstance(self._model, Lexicon):
-                decoder.activate_search("_default")  # the grammar stays compiled for the next stream
-        except RuntimeError:  # a decoder in a bad state is not reused
-            return
-        _POOL.give(self._model, decoder)
+        session, self._session = self._session, None
+        if isinstance(session, DecoderSession):
+            session.release()  # cheap here: the decoder goes back to this process's pool
+        elif session is not None:
+            # in a decoder process this is a round trip: never on the event loop's time
+            self._executor.submit(session.release)
 
     async def __aiter__(self) -> AsyncIterator[Transcript]:
         while True:
@@ -445,10 +477,17 @@ class PocketsphinxStt(SttEngine):
         chosen = normalise_language(language or self.language)
         kind, grammar = self.kind_for(chosen, phrases)
         loop = asyncio.get_running_loop()
-        decoder = await loop.run_in_executor(_EXECUTOR, _POOL.take, kind)
-        if grammar is None and phrases:
-            grammar = self.grammar(decoder, phrases)
-        return SphinxStream(decoder, kind, sample_rate, grammar, self.use_vad)
+        hosts = sphinx_host.hosts()
+        if hosts is not None:  # decoders live in decoder processes: nothing here holds the GIL for long
+            session: SessionPort = await loop.run_in_executor(
+                sphinx_host.EXECUTOR, hosts.open, kind, grammar, phrases, self.use_vad
+            )
+            return SphinxStream(session, sample_rate, sphinx_host.EXECUTOR)
+        phrase_list = list(phrases) if phrases else None
+        session = await loop.run_in_executor(
+            _EXECUTOR, DecoderSession, kind, grammar, phrase_list, self.use_vad
+        )
+        return SphinxStream(session, sample_rate, _EXECUTOR)
 
 
 def languages(models_dir: Path | None) -> list[str]:
