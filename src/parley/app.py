@@ -69,6 +69,7 @@ from parley.tools.router import router as tools_router
 from parley.voice.engines.sphinx import warm_pool
 from parley.voice.router import router as inference_router
 from parley.voice.transport_ws import session_audio_socket
+from parley.webhooks.router import router as webhooks_router
 from parley.worker import load_tasks
 
 DESCRIPTION = (
@@ -101,6 +102,7 @@ ROUTERS = (
     brain_router,
     channels_router,
     notifications_router,
+    webhooks_router,
     billing_router,
     reporting_router,
     inference_router,

@@ -19,7 +19,8 @@ TASK_MODULES: tuple[str, ...] = (
     "parley.integrations.tasks",  # refresh OAuth2 tokens about to expire
     "parley.knowledge.tasks",  # ingest (extract, chunk, index) a knowledge document
     "parley.notifications.tasks",  # deliver a notification (webhook, Slack, email), with retries
-    "parley.calls.tasks",  # the brain classifies a call's sentiment with the model
+    "parley.calls.tasks",  # the brain classifies a call's sentiment with the model; post-call analysis
+    "parley.webhooks.tasks",  # deliver a call event to a subscriber's webhook, with retries
 )
 
 
