@@ -202,6 +202,7 @@ async def publish_event(
         created_at=now,
     )
     session.add(event)
+    await session.flush()  # the deliveries reference it
     deliveries = [
         WebhookDelivery(
             id=new_id("whd"),
