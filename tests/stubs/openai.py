@@ -100,7 +100,9 @@ _CALLBACK = ("call me back", "callback", "rückruf", "zurückrufen")
 
 def _analyse(user: str) -> str:
     fields_part, _, conversation = user.partition("Conversation:")
-    caller = [line.removeprefix("Caller: ") for line in conversation.splitlines() if line.startswith("Caller: ")]
+    caller = [
+        line.removeprefix("Caller: ") for line in conversation.splitlines() if line.startswith("Caller: ")
+    ]
     said = " ".join(caller).casefold()
     fields: dict[str, Any] = {}
     for line in fields_part.splitlines():

@@ -152,7 +152,9 @@ async def test_a_receiver_down_for_good_ends_failed_after_the_bounded_attempts(
     assert delivery["last_error"] == "The receiver answered HTTP 503."
 
 
-async def test_a_slow_receiver_times_out_and_is_retried(make_platform: PlatformFactory, receiver: Receiver) -> None:
+async def test_a_slow_receiver_times_out_and_is_retried(
+    make_platform: PlatformFactory, receiver: Receiver
+) -> None:
     platform = await make_platform(webhook_max_attempts=2, webhook_timeout=0.5)
     await platform.subscribe(f"{receiver.url}/hook/slow", "campaign.contact.completed")
     [delivery_id] = await platform.publish("campaign.contact.completed", {"contact_id": "cct_4"})
@@ -242,9 +244,7 @@ async def test_bad_subscriptions_are_refused_with_a_reason(
     assert all(e["msg"] for e in errors)
 
 
-async def test_another_organization_sees_nothing(
-    make_platform: PlatformFactory, receiver: Receiver
-) -> None:
+async def test_another_organization_sees_nothing(make_platform: PlatformFactory, receiver: Receiver) -> None:
     alice, bob = await make_platform(), await make_platform()
     path = unique("isolated")
     theirs = await bob.subscribe(f"{receiver.url}{path}", *ALL)
