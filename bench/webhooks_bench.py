@@ -7,6 +7,11 @@
    queueing, at its peak while draining, and after.
 
 Run: PYTHONPATH=src:. python bench/webhooks_bench.py [calls=200] [deliveries=10000]
+     PYTHONPATH=src:. python bench/webhooks_bench.py --distributed [calls=100]
+
+``--distributed`` measures (1) in distributed mode instead: the call is stored by this process with the
+Redis queue (``PARLEY_REDIS_URL``, database 9, a key prefix of its own) and delivered by a ``parley
+worker`` subprocess (4 concurrent jobs) over the same SQLite file.
 
 The receiver runs in a thread of this process (uvicorn), so it shares the GIL with the platform: the
 figures are an upper bound for a receiver elsewhere.
@@ -120,12 +125,14 @@ async def main(tmp: Path, url: str, calls: int, deliveries: int) -> None:
             session.add(subscription)
 
         # 1. call end → received ------------------------------------------------------------------
+        # Interleaved with the floor (one signed POST each turn) so both see the same machine load.
         floor: list[float] = []
         sample = make_record(org, session_id="ses_floor")
         body = orjson.dumps(
             {"type": "call.ended", "data": {"session_id": "floor", **sample.model_dump(mode="json")}}
         )
-        for _ in range(calls // 2):
+        latencies: list[float] = []
+        for i in range(calls):
             t = time.perf_counter()
             result = await service.post(
                 settings,
@@ -137,8 +144,6 @@ async def main(tmp: Path, url: str, calls: int, deliveries: int) -> None:
             )
             assert result.outcome == "delivered", result
             floor.append((time.perf_counter() - t) * 1000)
-        latencies: list[float] = []
-        for i in range(calls):
             session_id = f"ses_bench_{i}"
             arrived = receiver.expect(f"call.ended:{session_id}")
             async with unit_of_work(db, write=True, jobs=runner) as session:
@@ -218,9 +223,95 @@ async def main(tmp: Path, url: str, calls: int, deliveries: int) -> None:
     await db.dispose()
 
 
+async def distributed(tmp: Path, url: str, calls: int) -> None:
+    import subprocess
+    import uuid
+
+    from parley.kit.queue import RedisJobQueue
+
+    configure_logging("WARNING", json=True)
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "PARLEY_DATA_DIR": str(tmp),
+        "PARLEY_DATABASE_URL": url,
+        "PARLEY_REDIS_URL": "redis://127.0.0.1:6379/9",
+        "PARLEY_REDIS_PREFIX": prefix,
+        "PARLEY_SECRET_KEY": "A" * 43 + "=",
+        "PARLEY_OUTBOUND_ALLOWLIST": "127.0.0.1",
+        "PARLEY_LOG_LEVEL": "WARNING",
+    }
+    settings = Settings(
+        data_dir=tmp,
+        database_url=url,
+        redis_url=env["PARLEY_REDIS_URL"],
+        redis_prefix=prefix,
+        outbound_allowlist=["127.0.0.1"],
+        log_level="WARNING",
+        secret_key=env["PARLEY_SECRET_KEY"],
+    )
+    db = Database.from_url(url)
+    from starlette.datastructures import State
+
+    state = State()
+    state.settings, state.db = settings, db
+    queue = RedisJobQueue(JobContext(db=db, state=state), settings)
+    state.jobs = queue
+    receiver = Receiver()
+    org = "org_bench"
+    parley = Path(sys.executable).parent / "parley"
+    worker = subprocess.Popen([str(parley), "worker", "--concurrency", "4"], env=env)
+    try:
+        with serve_in_thread(Starlette(routes=[Route("/hook", receiver.hook, methods=["POST"])])) as base:
+            async with unit_of_work(db, write=True) as session:
+                subscription = WebhookSubscription(
+                    id="whs_bench",
+                    organization_id=org,
+                    url=f"{base}/hook",
+                    event_types=["call.ended"],
+                    active=True,
+                    secret="",
+                    secret_hint="",
+                )
+                service._seal(settings, subscription, "bench-secret-0123456789")
+                session.add(subscription)
+            latencies: list[float] = []
+            for i in range(-3, calls):  # three warm-up calls: the worker starts and connects
+                session_id = f"ses_dist_{i}"
+                arrived = receiver.expect(f"call.ended:{session_id}")
+                async with unit_of_work(db, write=True, jobs=queue) as session:
+                    await record_call(session, make_record(org, session_id=session_id), jobs=queue)
+                    committed_at = time.perf_counter()
+                deadline = time.monotonic() + 120
+                while not arrived.is_set():
+                    assert time.monotonic() < deadline, "the worker did not deliver"
+                    await asyncio.sleep(0.0005)
+                if i >= 0:
+                    latencies.append((receiver.arrived[f"call.ended:{session_id}"] - committed_at) * 1000)
+            print(
+                f"distributed mode (Redis queue, `parley worker --concurrency 4`, SQLite file): call.ended delivered "
+                f"after the call is stored, {calls} calls one at a time: p50 {statistics.median(latencies):.1f} ms, "
+                f"p95 {pct(latencies, 0.95):.1f} ms"
+            )
+    finally:
+        worker.terminate()
+        worker.wait(60)
+        await queue.stop()
+        await db.dispose()
+        import redis
+
+        client = redis.Redis.from_url("redis://127.0.0.1:6379/9")
+        for key in client.scan_iter(f"{prefix}*"):
+            client.delete(key)
+
+
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:]]
+    dist = "--distributed" in sys.argv
+    args = [int(a) for a in sys.argv[1:] if a != "--distributed"]
     TMP = Path(tempfile.mkdtemp())
     URL = f"sqlite+aiosqlite:///{TMP / 'bench.db'}"
     upgrade(URL)
-    asyncio.run(main(TMP, URL, args[0] if args else 200, args[1] if len(args) > 1 else 10_000))
+    if dist:
+        asyncio.run(distributed(TMP, URL, args[0] if args else 100))
+    else:
+        asyncio.run(main(TMP, URL, args[0] if args else 200, args[1] if len(args) > 1 else 10_000))
