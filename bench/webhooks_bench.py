@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -38,7 +39,6 @@ from starlette.routing import Route
 from tests.calls.helpers import make_record
 from tests.live import serve_in_thread
 
-from parley.auth.principal import Principal
 from parley.calls.service import record_call
 from parley.config import Settings
 from parley.kit.db import Database, unit_of_work
@@ -49,7 +49,6 @@ from parley.webhooks import service, tasks
 from parley.webhooks.models import WebhookEvent, WebhookSubscription
 
 assert tasks  # registers webhooks.deliver
-_ = Principal
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -164,63 +163,70 @@ async def main(tmp: Path, url: str, calls: int, deliveries: int) -> None:
         )
 
         # 2. 10,000 queued deliveries ---------------------------------------------------------------
-        ids: list[str] = []
-        parked = JobRunner(JobContext(db=db, state=state), workers=0)  # holds the jobs; never run
-        before_publish = rss_mb()
-        for start in range(0, deliveries, 500):
-            async with unit_of_work(db, write=True) as session:  # no queue: stored pending
-                for n in range(start, min(deliveries, start + 500)):
-                    ids += await service.publish_event(
-                        session,
-                        org,
-                        "campaign.contact.completed",
-                        {
-                            "session_id": f"c{n}",
-                            "campaign_id": "cmp_bench",
-                            "contact_id": f"cct_{n}",
-                            "status": "completed",
-                        },
-                        jobs=parked,
-                    )
-        del parked  # its queue (the same jobs) is dropped: the real runner gets them all at once below
-        received_before = receiver.count
-        rss_start = rss_mb()
-        peak = rss_start
-        t = time.perf_counter()
-        for delivery_id in ids:
-            runner.enqueue(service.DELIVER_JOB, {"delivery_id": delivery_id})
-        drained = asyncio.create_task(runner.drain(3600))
-        samples = []
-        while not drained.done():
-            now = rss_mb()
-            peak = max(peak, now)
-            samples.append(now)
-            await asyncio.sleep(0.25)
-        await drained
-        took = time.perf_counter() - t
-        rss_end = rss_mb()
-        got = receiver.count - received_before
-        async with unit_of_work(db, write=False) as session:
-            from sqlalchemy import func, select
-
-            from parley.webhooks.models import WebhookDelivery
-
-            delivered = await session.scalar(
-                select(func.count()).select_from(WebhookDelivery).where(WebhookDelivery.status == "delivered")
-            )
-            events = await session.scalar(select(func.count()).select_from(WebhookEvent))
-        print(f"{deliveries} queued deliveries drained by the in-process runner (2 workers, SQLite):")
-        print(
-            f"  {took:.1f} s, {got / took:.0f} deliveries/s; received {got}, delivered rows {delivered}, events {events}"
-        )
-        print(
-            f"  RSS before publishing {before_publish:.0f} MB, when queued {rss_start:.0f} MB, peak while draining {peak:.0f} MB, "
-            f"after {rss_end:.0f} MB (first/last quarter of the drain: {statistics.median(samples[: max(1, len(samples) // 4)]):.0f} / "
-            f"{statistics.median(samples[-max(1, len(samples) // 4) :]):.0f} MB)"
-        )
-        print(f"  max RSS of the process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+        if deliveries:
+            await drain_many(state, db, runner, receiver, org, deliveries)
     await runner.stop()
     await db.dispose()
+
+
+async def drain_many(
+    state: Any, db: Database, runner: JobRunner, receiver: Receiver, org: str, deliveries: int
+) -> None:
+    ids: list[str] = []
+    parked = JobRunner(JobContext(db=db, state=state), workers=0)  # holds the jobs; never run
+    before_publish = rss_mb()
+    for start in range(0, deliveries, 500):
+        async with unit_of_work(db, write=True) as session:  # no queue: stored pending
+            for n in range(start, min(deliveries, start + 500)):
+                ids += await service.publish_event(
+                    session,
+                    org,
+                    "campaign.contact.completed",
+                    {
+                        "session_id": f"c{n}",
+                        "campaign_id": "cmp_bench",
+                        "contact_id": f"cct_{n}",
+                        "status": "completed",
+                    },
+                    jobs=parked,
+                )
+    del parked  # its queue (the same jobs) is dropped: the real runner gets them all at once below
+    received_before = receiver.count
+    rss_start = rss_mb()
+    peak = rss_start
+    t = time.perf_counter()
+    for delivery_id in ids:
+        runner.enqueue(service.DELIVER_JOB, {"delivery_id": delivery_id})
+    drained = asyncio.create_task(runner.drain(3600))
+    samples = []
+    while not drained.done():
+        now = rss_mb()
+        peak = max(peak, now)
+        samples.append(now)
+        await asyncio.sleep(0.25)
+    await drained
+    took = time.perf_counter() - t
+    rss_end = rss_mb()
+    got = receiver.count - received_before
+    async with unit_of_work(db, write=False) as session:
+        from sqlalchemy import func, select
+
+        from parley.webhooks.models import WebhookDelivery
+
+        delivered = await session.scalar(
+            select(func.count()).select_from(WebhookDelivery).where(WebhookDelivery.status == "delivered")
+        )
+        events = await session.scalar(select(func.count()).select_from(WebhookEvent))
+    print(f"{deliveries} queued deliveries drained by the in-process runner (2 workers, SQLite):")
+    print(
+        f"  {took:.1f} s, {got / took:.0f} deliveries/s; received {got}, delivered rows {delivered}, events {events}"
+    )
+    print(
+        f"  RSS before publishing {before_publish:.0f} MB, when queued {rss_start:.0f} MB, peak while draining {peak:.0f} MB, "
+        f"after {rss_end:.0f} MB (first/last quarter of the drain: {statistics.median(samples[: max(1, len(samples) // 4)]):.0f} / "
+        f"{statistics.median(samples[-max(1, len(samples) // 4) :]):.0f} MB)"
+    )
+    print(f"  max RSS of the process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 async def distributed(tmp: Path, url: str, calls: int) -> None:
