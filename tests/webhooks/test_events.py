@@ -261,3 +261,31 @@ async def test_another_organization_sees_nothing(make_platform: PlatformFactory,
     assert await deliveries(alice) == []
     assert [s["id"] for s in (await alice.get("/api/webhooks/subscriptions")).json()["items"]] == []
     assert (await bob.client.delete(sub, headers=bob.headers)).status_code == 200
+
+
+async def test_unqueued_deliveries_are_recovered_and_sent_once(
+    platform: Platform, receiver: Receiver
+) -> None:
+    from parley.kit.db import unit_of_work
+    from parley.kit.jobs import runner_for
+    from parley.webhooks.service import DELIVER_JOB, publish_event
+    from parley.webhooks.tasks import unfinished
+
+    path = unique("recovered")
+    await platform.subscribe(f"{receiver.url}{path}", "campaign.contact.completed")
+    async with unit_of_work(platform.database) as session:  # no job queue: stored, nothing queued
+        [delivery_id] = await publish_event(
+            session, platform.org, "campaign.contact.completed", {"contact_id": "cct_7"}
+        )
+    assert receiver.at(path) == []
+    async with unit_of_work(platform.database, write=False) as session:
+        assert {"delivery_id": delivery_id} in await unfinished(session)
+    runner = runner_for(platform.app.state)
+    for _ in range(2):  # the same job twice (a recovery racing a retry): one send
+        runner.enqueue(DELIVER_JOB, {"delivery_id": delivery_id})
+    await platform.drain()
+    assert len(receiver.at(path)) == 1
+    async with unit_of_work(platform.database, write=False) as session:
+        assert {"delivery_id": delivery_id} not in await unfinished(session)
+    delivery = (await platform.get(f"/api/webhooks/deliveries/{delivery_id}")).json()
+    assert delivery["status"] == "delivered" and delivery["attempts"] == 1
