@@ -11,8 +11,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Settings
+from parley.kit.db import unit_of_work
 from parley.kit.signing import SIGNATURE_HEADER, verify
-from parley.webhooks.models import WebhookSubscription
+from parley.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
 from parley.webhooks.service import retry_delay
 from tests.notifications.conftest import Receiver
 from tests.webhooks.conftest import CALLBACK_FLOW, SECRET, Platform, PlatformFactory, unique
@@ -261,12 +262,19 @@ async def test_another_organization_sees_nothing(make_platform: PlatformFactory,
     assert await deliveries(alice) == []
     assert [s["id"] for s in (await alice.get("/api/webhooks/subscriptions")).json()["items"]] == []
     assert (await bob.client.delete(sub, headers=bob.headers)).status_code == 200
+    # Deleting Bob's organization removes its events, deliveries and attempts (children first).
+    gone = await bob.client.delete(
+        f"/api/organizations/{bob.org}", headers={"Authorization": bob.headers["Authorization"]}
+    )
+    assert gone.status_code == 200, gone.text
+    async with unit_of_work(bob.database, write=False) as session:
+        for model in (WebhookEvent, WebhookDelivery, WebhookAttempt, WebhookSubscription):
+            assert await session.scalar(select(model.id).where(model.organization_id == bob.org)) is None
 
 
 async def test_unqueued_deliveries_are_recovered_and_sent_once(
     platform: Platform, receiver: Receiver
 ) -> None:
-    from parley.kit.db import unit_of_work
     from parley.kit.jobs import runner_for
     from parley.webhooks.service import DELIVER_JOB, publish_event
     from parley.webhooks.tasks import unfinished
