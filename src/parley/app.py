@@ -74,6 +74,7 @@ from parley.voice.engines import sphinx_host
 from parley.voice.engines.sphinx import warm_pool
 from parley.voice.router import router as inference_router
 from parley.voice.transport_ws import session_audio_socket
+from parley.webhooks.router import router as webhooks_router
 from parley.worker import load_tasks
 
 DESCRIPTION = (
@@ -106,6 +107,7 @@ ROUTERS = (
     brain_router,
     channels_router,
     notifications_router,
+    webhooks_router,
     billing_router,
     reporting_router,
     inference_router,

@@ -163,6 +163,15 @@ class Settings(BaseSettings):
     notification_max_attempts: int = Field(default=5, ge=1, le=20)
     notification_timeout: float = Field(default=10.0, gt=0, le=120, description="Seconds one send may take.")
 
+    # Call events (webhooks to the customer's systems, docs/webhooks.md): a failing delivery is retried
+    # after these delays (seconds, the last one repeats) until the attempts run out. The default spreads
+    # 10 attempts over about 24 hours (30 s, 2 min, 10 min, 30 min, 1 h, 2 h, 4 h, 8 h, 8 h).
+    webhook_retry_seconds: Annotated[list[Annotated[float, Field(ge=0, le=86400)]], NoDecode] = Field(
+        default_factory=lambda: [30.0, 120.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 28800.0]
+    )
+    webhook_max_attempts: int = Field(default=10, ge=1, le=30)
+    webhook_timeout: float = Field(default=10.0, gt=0, le=60, description="Seconds one delivery may take.")
+
     telephony_sync_lease_seconds: float = Field(
         default=300.0,
         gt=0,
@@ -240,6 +249,7 @@ class Settings(BaseSettings):
         "integrations_return_to_allowlist",
         "notification_slack_hosts",
         "notification_retry_seconds",
+        "webhook_retry_seconds",
         mode="before",
     )
     @classmethod

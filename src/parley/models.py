@@ -25,6 +25,7 @@ from parley.providers.models import ProviderConfig
 from parley.sessions.models import ConversationSession
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk, SyncLease, TwilioCall
 from parley.tools.models import Tool
+from parley.webhooks.models import WebhookAttempt, WebhookDelivery, WebhookEvent, WebhookSubscription
 
 __all__ = [
     "ApiKey",
@@ -67,6 +68,10 @@ __all__ = [
     "Tool",
     "TwilioCall",
     "User",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEvent",
+    "WebhookSubscription",
     "WhatsAppAccount",
     "WhatsAppMessage",
 ]

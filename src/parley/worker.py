@@ -19,11 +19,13 @@ TASK_MODULES: tuple[str, ...] = (
     "parley.integrations.tasks",  # refresh OAuth2 tokens about to expire
     "parley.knowledge.tasks",  # ingest (extract, chunk, index) a knowledge document
     "parley.notifications.tasks",  # deliver a notification (webhook, Slack, email), with retries
-    "parley.calls.tasks",  # the brain classifies a call's sentiment with the model
+    "parley.calls.tasks",  # the brain classifies a call's sentiment with the model; post-call analysis
+    "parley.webhooks.tasks",  # deliver a call event to a subscriber's webhook, with retries
     "parley.privacy.tasks",  # delete calls, recordings and transcripts past their retention
     "parley.sessions.privacy",  # the sessions' personal data, for the privacy jobs (no job of its own)
     "parley.channels.privacy",  # WhatsApp messages as personal data, for the privacy jobs (no job of its own)
     "parley.campaigns.tasks",  # campaigns: dialing rounds, answering-machine handling
+    "parley.campaigns.privacy",  # campaign contacts as personal data, for the privacy jobs (no job of its own)
 )
 
 

@@ -17,6 +17,12 @@ Behaviour is chosen by the requested model name, so a test steers it without pat
   agent's last line (the last user message): a question for the order number gets the digits of the
   persona ("My order number is 12."), the cost and callback questions get "no thanks"/"nein danke", anything
   else (a goodbye) gets ``[HANGUP]``;
+- a post-call analysis (the system message says "You analyse a finished phone call"): a JSON object
+  with a ``summary`` ("The caller said: <first caller line>") and ``fields`` read off the user
+  message's field list and conversation: bool fields are true when the caller asked to be called
+  back ("call me back", "callback", "rückruf", "zurückrufen"), str fields get the caller's last line,
+  int/number fields the first number the caller said, enum fields the first allowed value said;
+  with "no-summary" in a caller line the summary is missing (an answer that is not the object asked for);
 - an evaluation's judge (the system message says "You judge a phone conversation"): one verdict per
   numbered criterion; a criterion with a word in single quotes passes when that word occurs in the
   conversation (case-insensitive), one without passes.
@@ -89,6 +95,37 @@ def _judge(user: str) -> str:
     return json.dumps({"criteria": verdicts})
 
 
+_CALLBACK = ("call me back", "callback", "rückruf", "zurückrufen")
+
+
+def _analyse(user: str) -> str:
+    fields_part, _, conversation = user.partition("Conversation:")
+    caller = [
+        line.removeprefix("Caller: ") for line in conversation.splitlines() if line.startswith("Caller: ")
+    ]
+    said = " ".join(caller).casefold()
+    fields: dict[str, Any] = {}
+    for line in fields_part.splitlines():
+        match = re.match(r"^- (\w+): (.*)$", line)
+        if not match:
+            continue
+        name, kind = match.groups()
+        if kind.startswith("true or false"):
+            fields[name] = any(marker in said for marker in _CALLBACK)
+        elif kind.startswith("a short text"):
+            fields[name] = caller[-1] if caller else None
+        elif kind.startswith(("a whole number", "a number")):
+            numbers = re.findall(r"\d+", said)
+            fields[name] = int(numbers[0]) if numbers else None
+        elif kind.startswith("one of"):
+            values = json.loads("[" + kind.removeprefix("one of ").split(" — ")[0] + "]")
+            fields[name] = next((v for v in values if v.casefold() in said), None)
+    if "no-summary" in said:
+        return json.dumps({"fields": fields})
+    summary = f"The caller said: {caller[0]}" if caller else "The caller said nothing."
+    return json.dumps({"summary": summary, "fields": fields})
+
+
 def _answer(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
     messages = body.get("messages", [])
     user = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
@@ -99,6 +136,8 @@ def _answer(body: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
         return _play_caller(system, user), []
     if "You judge a phone conversation" in system:
         return _judge(user), []
+    if "You analyse a finished phone call" in system:
+        return _analyse(user), []
     tools = body.get("tools") or []
     if tools and "order" in user.lower():
         digits = "".join(re.findall(r"\d", user)) or "0"

@@ -30,6 +30,7 @@ from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.tenancy import get_owned, scoped
 from parley.notifications.service import notify_signals
+from parley.webhooks.service import publish_event
 
 # Which status a signal may move to from each status.
 TRANSITIONS = {
@@ -141,7 +142,8 @@ async def raise_signals(
     flow_id: str | None,
     jobs: JobQueue | None = None,
 ) -> list[BrainSignal]:
-    """Store the signals of a stored call and hand them to notifications; only flushes."""
+    """Store the signals of a stored call and hand them to notifications and to webhook subscribers
+    (``signal.raised``); only flushes."""
     signals = [
         BrainSignal(
             id=new_id("sig"),
@@ -160,7 +162,23 @@ async def raise_signals(
     session.add_all(signals)
     await session.flush()
     await notify_signals(session, signals, jobs=jobs)  # matching notification rules queue deliveries
+    for signal in signals:  # and webhook subscribers get a signal.raised event each
+        await publish_event(session, organization_id, "signal.raised", signal_event_data(signal), jobs=jobs)
     return signals
+
+
+def signal_event_data(signal: BrainSignal) -> dict[str, Any]:
+    return {
+        "signal_id": signal.id,
+        "type": signal.type,
+        "severity": signal.severity,
+        "source": signal.source,
+        "status": signal.status,
+        "call_id": signal.call_id,
+        "flow_id": signal.flow_id,
+        "details": to_jsonable_python(signal.details),
+        "occurred_at": signal.occurred_at,
+    }
 
 
 async def signals_of_call(session: AsyncSession, organization_id: str, call_id: str) -> Sequence[BrainSignal]:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import Depends, Query
+from fastapi import Depends, Query, Request
 from sqlalchemy import Select, select
 
 from parley.brain.models import BrainSignal
+from parley.calls.analysis import canonical
 from parley.calls.contracts import Channel, Outcome
 from parley.calls.models import Call
+from parley.kit.errors import BadRequest
 from parley.kit.filters import Since, Until, as_utc, text_filter
 
 
@@ -25,6 +28,8 @@ class CallFilters:
     caller: str | None
     has_signal: bool | None
     signal_type: str | None
+    # (field, canonical text) pairs from ``analysis.<field>=<value>`` query parameters, all must match
+    analysis: tuple[tuple[str, str], ...] = ()
 
     def apply(self, stmt: Select[Any], organization_id: str) -> Select[Any]:
         if self.since is not None:
@@ -46,10 +51,42 @@ class CallFilters:
                 BrainSignal.organization_id == organization_id, BrainSignal.type == self.signal_type
             )
             stmt = stmt.where(Call.id.in_(with_type))
+        for name, value in self.analysis:
+            stmt = stmt.where(Call.extracted_index[name].as_string() == value)
         return stmt
 
 
+ANALYSIS_PREFIX = "analysis."
+_FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+MAX_ANALYSIS_FILTERS = 10
+
+
+def analysis_filters(request: Request) -> tuple[tuple[str, str], ...]:
+    """``analysis.<field>=<value>`` query parameters (any number, AND-ed): calls whose extracted field
+    has that value, compared as canonical text (true/false, numbers, text without regard to case)."""
+    found: list[tuple[str, str]] = []
+    for key, value in request.query_params.multi_items():
+        if not key.startswith(ANALYSIS_PREFIX):
+            continue
+        name = key[len(ANALYSIS_PREFIX) :]
+        if not _FIELD.fullmatch(name):
+            raise BadRequest(
+                f"{key!r} does not name an analysis field; use analysis.<field>=<value> with the field's "
+                "name as the flow declares it (letters, digits, underscores)."
+            )
+        if "\x00" in value or len(value) > 500:
+            raise BadRequest(f"The value of {key!r} must be text of at most 500 characters without NUL.")
+        text = canonical(value) if value.strip() else None
+        if text is None:
+            raise BadRequest(f"{key!r} needs a value.")
+        found.append((name, text))
+    if len(found) > MAX_ANALYSIS_FILTERS:
+        raise BadRequest(f"At most {MAX_ANALYSIS_FILTERS} analysis.<field> filters may be combined.")
+    return tuple(found)
+
+
 async def _call_filters(
+    request: Request,
     since: Since = None,
     until: Until = None,
     flow_id: Annotated[str | None, Query(max_length=40, description="Only calls of this flow.")] = None,
@@ -73,6 +110,7 @@ async def _call_filters(
         caller=text_filter(caller, "caller"),
         has_signal=has_signal,
         signal_type=text_filter(signal_type, "signal_type"),
+        analysis=analysis_filters(request),
     )
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, Index, Integer, String
+from sqlalchemy import JSON, Boolean, Float, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from parley.kit.db import Base, OrgScopedMixin, TimestampMixin, UTCDateTime
@@ -53,3 +53,12 @@ class Call(OrgScopedMixin, TimestampMixin, Base):
     # Where the recording's bytes live in blob storage (named blob_key so deleting the organization
     # removes the file too).
     blob_key: Mapped[str | None] = mapped_column(String(900))
+    # Post-call analysis (parley.calls.analysis): null when the flow declares none.
+    analysis_status: Mapped[str | None] = mapped_column(String(20))  # pending | done | failed
+    analysis_method: Mapped[str | None] = mapped_column(String(20))  # llm | variables
+    summary: Mapped[str | None] = mapped_column(Text)
+    extracted: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # name -> the value's canonical text (lower-case; "true"/"false"; numbers without ".0"), what
+    # the call list's ``analysis.<name>=`` filter compares on SQLite and PostgreSQL alike.
+    extracted_index: Mapped[dict[str, str] | None] = mapped_column(JSON)
+    analyzed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +15,9 @@ from parley.calls.contracts import (
     UsageRecord,
 )
 from parley.kit.schemas import E164, StrictModel
+
+AnalysisStatus = Literal["pending", "done", "failed"]
+AnalysisMethod = Literal["llm", "variables"]
 
 
 class CallSummaryOut(BaseModel):
@@ -38,6 +41,14 @@ class CallSummaryOut(BaseModel):
         description="Mean voice-to-voice latency; null for text calls."
     )
     recording_filename: str | None
+    analysis_status: AnalysisStatus | None = Field(
+        default=None,
+        description="Post-call analysis: pending, done or failed; null when the flow declares none.",
+    )
+    summary: str | None = Field(default=None, description="The post-call summary (docs/calls.md).")
+    extracted: dict[str, Any] | None = Field(
+        default=None, description="The fields the flow's analysis block declares, as extracted."
+    )
 
 
 class CallSignalOut(BaseModel):
@@ -73,6 +84,12 @@ class CallOut(CallSummaryOut):
     signals: list[CallSignalOut]
     recording_url: str | None = Field(description="Where to download the recording, when there is one.")
     created_at: datetime
+    analysis_method: AnalysisMethod | None = Field(
+        default=None,
+        description="How the analysis was made: llm (the organization's model) or variables "
+        "(deterministically from the flow's variables and the record).",
+    )
+    analyzed_at: datetime | None = Field(default=None, description="When the analysis was stored.")
 
 
 class OutboundCallIn(StrictModel):

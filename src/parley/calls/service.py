@@ -17,6 +17,7 @@ from ulid import ULID
 from parley.auth.principal import OrgContext
 from parley.brain import service as brain
 from parley.brain.contracts import CallFacts
+from parley.calls import analysis
 from parley.calls.contracts import (
     VOICE_FIELDS,
     CallRecordIn,
@@ -30,10 +31,12 @@ from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
 from parley.config import Settings
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
+from parley.kit.db import utcnow
 from parley.kit.errors import NotFound, ServiceUnavailable
-from parley.kit.jobs import JobQueue
+from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
+from parley.webhooks.service import publish_event
 
 log = structlog.get_logger("parley.calls")
 
@@ -84,7 +87,9 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
     Runs inside the caller's transaction and only flushes. A recording name that is malformed or
     already taken is left out (logged), never a reason to lose the call. With ``jobs`` (the app's
     runner) and an ``openai`` provider configured, the LLM sentiment classifier is queued once the
-    transaction has committed (see :mod:`parley.brain.sentiment`).
+    transaction has committed (see :mod:`parley.brain.sentiment`). The ``call.ended`` event goes to the
+    organization's webhook subscribers, and when the flow declares an ``analysis`` block the post-call
+    analysis (:mod:`parley.calls.analysis`) is queued after the commit as well.
     """
     started, ended = _aware(record.started_at), _aware(record.ended_at)
     organization_id = record.organization_id
@@ -126,17 +131,129 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
         recording_filename=filename,
         blob_key=recording_blob_key(organization_id, filename) if filename else None,
     )
+    spec = await analysis.spec_of(session, organization_id, call.flow_id, call.flow_version)
+    if spec is not None:
+        call.analysis_status = "pending"
     session.add(call)
     await session.flush()  # the signals reference the call
     await brain.raise_signals(
         session, raised, organization_id=organization_id, call_id=call.id, flow_id=call.flow_id, jobs=jobs
     )
+    await publish_event(session, organization_id, "call.ended", call_ended_data(call), jobs=jobs)
     if jobs is not None:
         await brain.queue_sentiment(
             session, jobs, organization_id=organization_id, call_id=call.id, transcript=call.transcript
         )
+    runner: JobQueue | None = jobs or session.info.get("jobs")
+    if spec is not None and runner is not None:  # without a queue, the job recovery picks it up
+        enqueue_after_commit(session, runner, analysis.ANALYZE_JOB, {"call_id": call.id})
     log.info("call_recorded", call_id=call.id, signals=len(raised))
     return call
+
+
+# --- call events (docs/webhooks.md) --------------------------------------------------------------
+
+
+def _call_facts(call: Call) -> dict[str, Any]:
+    return {
+        "call_id": call.id,
+        "session_id": call.session_id,
+        "flow_id": call.flow_id,
+        "flow_version": call.flow_version,
+        "channel": call.channel,
+        "direction": call.direction,
+        "caller": call.caller,
+        "callee": call.callee,
+        "started_at": call.started_at,
+    }
+
+
+def call_ended_data(call: Call) -> dict[str, Any]:
+    """What ``call.ended`` carries: the record as it is when the conversation ends."""
+    return {
+        **_call_facts(call),
+        "ended_at": call.ended_at,
+        "duration_seconds": call.duration_seconds,
+        "outcome": call.outcome,
+        "end_reason": call.end_reason,
+        "transferred_to": call.transferred_to,
+        "transfer_status": call.transfer_status,
+        "language": call.language,
+        "transcript": call.transcript,
+        "variables": call.variables,
+        "tool_calls": call.tool_calls,
+        "signal_types": call.signal_types,
+        "metrics": {
+            "turn_count": call.turn_count,
+            "mean_voice_latency_ms": call.mean_voice_latency_ms,
+            "turns": call.turn_metrics,
+            "usage": {
+                "llm_prompt_tokens": call.llm_prompt_tokens,
+                "llm_completion_tokens": call.llm_completion_tokens,
+                "tts_characters": call.tts_characters,
+                "stt_seconds": call.stt_seconds,
+            },
+        },
+        "recording_url": recording_url(call),
+    }
+
+
+def call_analyzed_data(call: Call) -> dict[str, Any]:
+    return {
+        **_call_facts(call),
+        "ended_at": call.ended_at,
+        "outcome": call.outcome,
+        "analysis_status": call.analysis_status,
+        "analysis_method": call.analysis_method,
+        "summary": call.summary,
+        "extracted": call.extracted,
+        "analyzed_at": call.analyzed_at,
+        "recording_url": recording_url(call),
+    }
+
+
+async def publish_call_started(
+    session: AsyncSession,
+    *,
+    organization_id: str,
+    session_id: str,
+    flow_id: str | None,
+    flow_version: int | None,
+    channel: str,
+    direction: str,
+    caller: str | None,
+    callee: str | None,
+    started_at: datetime,
+) -> None:
+    """Send ``call.started`` to the organization's subscribers once the new session is committed (the
+    runtime calls this where it writes the session; there is no call record yet, so ``call_id`` is
+    null and ``session_id`` links it to the later ``call.ended``). Only flushes."""
+    data = {
+        "call_id": None,
+        "session_id": session_id,
+        "flow_id": flow_id,
+        "flow_version": flow_version,
+        "channel": channel,
+        "direction": direction,
+        "caller": caller,
+        "callee": callee,
+        "started_at": _aware(started_at),
+    }
+    await publish_event(session, organization_id, "call.started", data)
+
+
+# --- post-call analysis (parley.calls.analysis) --------------------------------------------------
+
+
+def store_analysis(
+    call: Call, *, summary: str | None, extracted: dict[str, Any], method: str, status: str = "done"
+) -> None:
+    call.summary = summary
+    call.extracted = extracted
+    call.extracted_index = analysis.index_of(extracted)
+    call.analysis_method = method
+    call.analysis_status = status
+    call.analyzed_at = utcnow()
 
 
 class CallsForTheBrain:
@@ -262,6 +379,8 @@ async def to_full(session: AsyncSession, call: Call) -> CallOut:
         signals=[CallSignalOut.model_validate(s) for s in signals],
         recording_url=recording_url(call),
         created_at=call.created_at,
+        analysis_method=call.analysis_method,
+        analyzed_at=call.analyzed_at,
     )
 
 

@@ -1,10 +1,109 @@
-"""Jobs about call records: the brain's sentiment classifier, handed what it may read and mark of a call."""
+"""Jobs about call records: the brain's sentiment classifier, handed what it may read and mark of a call,
+and the post-call analysis (:mod:`parley.calls.analysis`)."""
 
 from __future__ import annotations
 
-from parley.brain.sentiment import SENTIMENT_JOB
+import structlog
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.brain.sentiment import PROVIDER, SENTIMENT_JOB, provider_config
 from parley.brain.tasks import sentiment_job
-from parley.calls.service import CallsForTheBrain
-from parley.kit.jobs import registry
+from parley.calls import analysis
+from parley.calls.models import Call
+from parley.calls.service import CallsForTheBrain, call_analyzed_data, store_analysis
+from parley.kit.errors import ParleyError
+from parley.kit.ids import new_id
+from parley.kit.jobs import JobContext, Payload, registry
+from parley.llm.client import Completion
+from parley.llm.models import LLMUsage
+from parley.llm.service import ResolvedProvider, client_for
+from parley.providers.catalog import OpenAIConfig
+from parley.webhooks.service import publish_event
+
+log = structlog.get_logger("parley.calls.analysis")
+
+RECOVERY_LIMIT = 1000
 
 registry.register(SENTIMENT_JOB, sentiment_job(CallsForTheBrain()))
+
+
+async def _ask(ctx: JobContext, config: OpenAIConfig, payload: Payload) -> Completion:
+    provider = ResolvedProvider(PROVIDER, config.base_url, config.api_key.get_secret_value(), config.model)
+    client, http = client_for(ctx.settings, provider)
+    async with http:
+        return await client.complete(payload)
+
+
+async def analyze(ctx: JobContext, payload: Payload) -> None:
+    """Summarize one call and extract its flow's fields; store them and send ``call.analyzed``.
+
+    Reads in one unit, asks the model with no transaction open, writes in a short unit. Idempotent: a
+    call whose analysis is no longer pending is skipped."""
+    call_id = str(payload.get("call_id") or "")
+    async with ctx.unit(write=False) as session:
+        call = await session.scalar(select(Call).where(Call.id == call_id))
+        if call is None or call.analysis_status != "pending":
+            return
+        spec = await analysis.spec_of(session, call.organization_id, call.flow_id, call.flow_version)
+        config = await provider_config(session, ctx.settings, call.organization_id) if spec else None
+    organization_id = call.organization_id
+    answer: analysis.ModelAnswer | None = None
+    completion: Completion | None = None
+    if spec is not None and config is not None:
+        try:
+            completion = await _ask(ctx, config, analysis.request_payload(config.model, spec, call))
+        except ParleyError as exc:
+            log.warning(
+                "analysis_llm_failed", call_id=call_id, error_type=type(exc).__name__, reason=exc.detail
+            )
+        else:
+            answer = analysis.parse_answer(completion.content, spec)
+            if answer is None:
+                log.warning("analysis_llm_unparsable", call_id=call_id)
+    try:
+        async with ctx.unit() as session:
+            stored = await session.scalar(select(Call).where(Call.id == call_id))
+            if stored is None or stored.analysis_status != "pending":
+                return
+            if completion is not None and config is not None:
+                session.add(
+                    LLMUsage(
+                        id=new_id("llmu"),
+                        organization_id=organization_id,
+                        provider=PROVIDER,
+                        model=(completion.model or config.model)[:120],
+                        source=analysis.USAGE_SOURCE,
+                        prompt_tokens=completion.usage.prompt_tokens,
+                        completion_tokens=completion.usage.completion_tokens,
+                        actor_id=None,
+                    )
+                )
+            if spec is None:  # the flow or its analysis block is gone
+                store_analysis(stored, summary=None, extracted={}, method="variables", status="failed")
+            else:
+                fallback = analysis.from_variables(spec, stored.variables)
+                if answer is not None:
+                    extracted = {**fallback, **answer.fields}
+                    store_analysis(stored, summary=answer.summary, extracted=extracted, method="llm")
+                else:
+                    summary = analysis.digest(stored, fallback) if spec.summary else None
+                    store_analysis(stored, summary=summary, extracted=fallback, method="variables")
+            await session.flush()
+            await publish_event(session, organization_id, "call.analyzed", call_analyzed_data(stored))
+    except SQLAlchemyError as exc:  # e.g. the organization was deleted meanwhile
+        log.warning("analysis_store_failed", call_id=call_id, error_type=type(exc).__name__)
+        return
+    log.info("call_analyzed", call_id=call_id, method=stored.analysis_method, status=stored.analysis_status)
+
+
+async def pending_analyses(session: AsyncSession) -> list[Payload]:
+    """Calls whose analysis has not run (a restart, or no queue when they were stored)."""
+    ids = await session.scalars(
+        select(Call.id).where(Call.analysis_status == "pending").order_by(Call.id).limit(RECOVERY_LIMIT)
+    )
+    return [{"call_id": call_id} for call_id in ids]
+
+
+registry.register(analysis.ANALYZE_JOB, analyze, recover=pending_analyses)

@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo
 import orjson
 import structlog
 from sqlalchemy import Select, and_, func, insert, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_object_session
 
 from parley.auth.identity import system_context
 from parley.auth.models import Organization
@@ -50,7 +50,7 @@ from parley.campaigns.schemas import (
 )
 from parley.config import Settings
 from parley.flows.models import Flow
-from parley.kit.db import Database, after_commit, short_read, unit_of_work, utcnow
+from parley.kit.db import Database, after_commit, before_commit, short_read, unit_of_work, utcnow
 from parley.kit.errors import Conflict, Forbidden, InvalidFields, NotFound, ParleyError, Unprocessable
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
@@ -62,6 +62,7 @@ from parley.telephony.models import PhoneNumber
 from parley.telephony.providers import ProviderFailure
 from parley.telephony.providers.twilio import signature_valid
 from parley.telephony.service import DialExtras, place_outbound_call, provider_config, twilio_for
+from parley.webhooks.service import publish_event
 
 log = structlog.get_logger("parley.campaigns")
 
@@ -765,7 +766,8 @@ class Round:
 def _contact_completed(campaign: Campaign, contact: CampaignContact) -> None:
     """A contact reached its final state (no more calls): the one place the outcome is handed on.
 
-    The ``campaign.contact.completed`` call event hooks in here (docs/campaigns.md)."""
+    The ``campaign.contact.completed`` call event is published in the same unit of work, just before it
+    commits, so a subscriber hears of exactly the results that were stored (docs/campaigns.md)."""
     log.info(
         "campaign_contact_completed",
         campaign_id=campaign.id,
@@ -775,6 +777,27 @@ def _contact_completed(campaign: Campaign, contact: CampaignContact) -> None:
         attempts=contact.attempts,
         call_id=contact.call_id,
     )
+    session = async_object_session(contact)
+    if session is None:  # a contact outside any unit of work has nothing to commit, so nothing to tell
+        return
+    data = {
+        "campaign_id": campaign.id,
+        "campaign_name": campaign.name,
+        "contact_id": contact.id,
+        "phone": contact.phone,
+        "status": contact.status,
+        "attempts": contact.attempts,
+        "answered_by": contact.answered_by,
+        "call_id": contact.call_id,
+        "last_error": contact.last_error,
+        "variables": contact.variables,
+        "completed_at": (contact.updated_at or utcnow()).isoformat(),
+    }
+
+    async def publish(unit: AsyncSession) -> None:
+        await publish_event(unit, campaign.organization_id, "campaign.contact.completed", data)
+
+    before_commit(session, publish)
 
 
 def _conclude(

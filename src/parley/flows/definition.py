@@ -223,6 +223,31 @@ Node = Annotated[
 ]
 
 
+AnalysisFieldType = Literal["bool", "str", "int", "number", "enum"]
+
+
+class AnalysisField(DefinitionModel):
+    """One value to extract from a finished call (docs/flows.md, "Post-call analysis")."""
+
+    type: AnalysisFieldType
+    description: str = Field(
+        default="", max_length=500, description="What the value means (the model reads it)."
+    )
+    values: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(
+        default=None, max_length=50, description="For 'enum': the allowed values."
+    )
+    variable: VariableName | None = Field(
+        default=None, description="The flow variable that holds the value; default: the field's own name."
+    )
+
+
+class AnalysisSettings(DefinitionModel):
+    """What to work out after each call: a summary, and fields extracted into a declared schema."""
+
+    summary: bool = Field(default=True, description="Write a summary of the call.")
+    fields: dict[VariableName, AnalysisField] = Field(default_factory=dict, max_length=50)
+
+
 class FlowDefinition(DefinitionModel):
     language: str = Field(default="de", pattern=r"^[a-z]{2}(-[A-Z]{2})?$")
     languages: list[Annotated[str, Field(pattern=r"^[a-z]{2}(-[A-Z]{2})?$")]] = Field(
@@ -233,6 +258,9 @@ class FlowDefinition(DefinitionModel):
     variables: dict[VariableName, Any] = Field(default_factory=dict, description="Name → default value.")
     start_node: NodeId
     nodes: list[Node] = Field(min_length=1, max_length=500)
+    analysis: AnalysisSettings | None = Field(
+        default=None, description="Post-call analysis: a summary and extracted fields (optional)."
+    )
 
 
 # Which fields of a node name its successors, and what kind of edge each makes.

@@ -222,6 +222,7 @@ def _validate_definition(definition: FlowDefinition, resources: OrgResources) ->
                 )
 
     issues += _voice_rules(definition)
+    issues += _analysis_rules(definition)
 
     for component in _cycles_without_waiting(definition, ids):
         path = " → ".join([*component, component[0]])
@@ -335,4 +336,29 @@ def _voice_rules(definition: FlowDefinition) -> list[Issue]:
         for check in checks:
             for field, message in check(settings, languages):
                 issues.append(Issue(None, f"voice.{kind}.{field}", message))
+    return issues
+
+
+def _analysis_rules(definition: FlowDefinition) -> list[Issue]:
+    """The ``analysis`` block: enum fields name their values, other types take none, and it asks for
+    something."""
+    analysis = definition.analysis
+    if analysis is None:
+        return []
+    issues: list[Issue] = []
+    if not analysis.summary and not analysis.fields:
+        issues.append(
+            Issue(None, "analysis", "the analysis asks for nothing; set 'summary': true or declare 'fields'")
+        )
+    for name, spec in analysis.fields.items():
+        where = f"analysis.fields.{name}.values"
+        if spec.type == "enum":
+            if not spec.values:
+                issues.append(Issue(None, where, f"the enum field {name!r} needs a list of allowed 'values'"))
+            elif len(set(spec.values)) != len(spec.values):
+                issues.append(Issue(None, where, f"the enum field {name!r} lists a value more than once"))
+        elif spec.values is not None:
+            issues.append(
+                Issue(None, where, f"'values' only applies to enum fields; {name!r} is of type {spec.type}")
+            )
     return issues

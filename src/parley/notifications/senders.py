@@ -7,8 +7,6 @@ Each sender returns a :class:`SendResult`; none raises for a delivery problem. `
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -20,10 +18,10 @@ import httpx
 import orjson
 
 from parley.kit.outbound import BlockedDestination, OutboundPolicy, guarded_client, read_limited
+from parley.kit.signing import SIGNATURE_HEADER, sign
 from parley.notifications.destinations import DestinationRefused, open_guarded_socket
 
 Outcome = Literal["delivered", "transient", "permanent"]
-SIGNATURE_HEADER = "X-Parley-Signature"
 DELIVERY_HEADER = "X-Parley-Delivery"
 EVENT_HEADER = "X-Parley-Event"
 USER_AGENT = "Parley-Notifications/1.0"
@@ -64,12 +62,6 @@ class EmailTarget:
 
 
 Target = WebhookTarget | SlackTarget | EmailTarget
-
-
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """``t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>." + body>`` (receivers recompute and compare)."""
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
 
 
 def _excerpt(text: str) -> str:

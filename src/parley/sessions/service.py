@@ -22,7 +22,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from parley.auth.principal import OrgContext
 from parley.calls.contracts import CallRecordIn
-from parley.calls.service import record_call
+from parley.calls.service import publish_call_started, record_call
 from parley.config import Settings
 from parley.flows.definition import FlowDefinition
 from parley.flows.models import Flow, FlowVersion
@@ -238,6 +238,18 @@ async def create_session(
         row, state, engine, llm = await _prepare(reader, session, settings, context, data)
     result = await engine.start(state)
     session.add(row)
+    await publish_call_started(
+        session,
+        organization_id=row.organization_id,
+        session_id=row.id,
+        flow_id=row.flow_id,
+        flow_version=row.flow_version,
+        channel=row.channel,
+        direction="inbound",  # as on the call record: sessions do not carry a direction yet
+        caller=row.caller,
+        callee=row.callee,
+        started_at=row.started_at,
+    )
     await _save(session, row, state, llm)
     return row, result
 

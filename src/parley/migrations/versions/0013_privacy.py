@@ -1,7 +1,7 @@
 """privacy settings per organization: redaction, retention, recording notice
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-11-25
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
-down_revision: str | Sequence[str] | None = "0011"
+down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,1 @@
+"""Call events: signed webhooks to the organization's own systems (docs/webhooks.md)."""
