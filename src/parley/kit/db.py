@@ -298,6 +298,9 @@ class RequestUnit:
     handler's session begins; anything authentication changed (a first-seen user, an API key's
     ``last_used_at``) and every hook it registered move to the handler's session and commit with it; a
     row it had to insert at once (a first-seen user) commits before the handler's session begins.
+
+    A read-only request (GET, HEAD, OPTIONS) takes no write lock, so it needs no hand-over: authentication
+    and the handler share one session (``shared``), which commits what authentication noted at the end.
     """
 
     def __init__(self, request: Request) -> None:
