@@ -325,6 +325,7 @@ class IdentityBus:
         self._listener: asyncio.Task[None] | None = None
         self._publishing: set[asyncio.Task[None]] = set()
         self.subscribed_event = asyncio.Event()
+        self._warned_down = False
 
     @classmethod
     def from_settings(cls, cache: IdentityCache, settings: Settings) -> IdentityBus:
@@ -385,6 +386,7 @@ class IdentityBus:
                 self.cache.clear()
                 self.cache.subscribed = True
                 self.subscribed_event.set()
+                self._warned_down = False
                 while True:
                     item = await pubsub.get_message(timeout=1.0)
                     if item is not None and item.get("type") == "message":
@@ -392,7 +394,13 @@ class IdentityBus:
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError, TimeoutError) as exc:
-                log.warning("identity_cache_listener_down", error_type=type(exc).__name__)
+                if not self._warned_down:  # once per outage, not every reconnect attempt
+                    self._warned_down = True
+                    log.warning(
+                        "identity_cache_listener_down",
+                        detail="Redis cannot be reached; identity cache entries live 1 s until it is back.",
+                        error_type=type(exc).__name__,
+                    )
             finally:
                 self.cache.subscribed = False
                 self.subscribed_event.clear()

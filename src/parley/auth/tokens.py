@@ -19,8 +19,8 @@ from parley.kit.errors import Unauthorized
 from parley.kit.metrics import AUTH_FAILURES
 
 ADMIN_ROLE_CLAIM = "platform_admin"
-# A token verified once is not verified again for this long (nor past its expiry): every request of a
-# client carries the same token, and checking its signature is a large share of a cached request.
+# An HS256 token verified once is not verified again for this long (nor past its expiry): every request
+# of a client carries the same token, and checking its signature is a large share of a cached request.
 VERIFIED_FOR_SECONDS = 60.0
 MAX_VERIFIED = 10_000
 
@@ -65,13 +65,12 @@ class TokenVerifier:
                 return claims
             del self._verified[token]  # expired: the full check below answers with the reason
         claims, exp, algorithm = await self._verify(token)
-        # A provider's token is trusted no longer than its signing keys are (the JWKS cache lifetime).
-        lifetime = VERIFIED_FOR_SECONDS
-        if algorithm != "HS256" and self.jwks is not None:
-            lifetime = min(lifetime, self.jwks.cache_seconds)
-        if len(self._verified) >= MAX_VERIFIED:
-            self._verified.clear()
-        self._verified[token] = (exp + self.leeway, time.monotonic() + lifetime, claims)
+        # Only tokens signed with the configured secret are remembered: a provider's token must stop
+        # working as soon as its key leaves the provider's JWKS, which only the full check notices.
+        if algorithm == "HS256":
+            if len(self._verified) >= MAX_VERIFIED:
+                self._verified.clear()
+            self._verified[token] = (exp + self.leeway, time.monotonic() + VERIFIED_FOR_SECONDS, claims)
         return claims
 
     async def _verify(self, token: str) -> tuple[Claims, float, str]:
