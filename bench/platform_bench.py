@@ -6,6 +6,10 @@ connections) runs on the other core. Candidates alternate over several rounds in
 report gives medians and the ratio to the bare ASGI app returning the same JSON bytes.
 
     .venv/bin/python bench/platform_bench.py [--duration 10] [--rounds 3] [--engines sqlite,postgresql]
+        [--before /path/to/older/src]
+
+``--before`` adds the same request served by another source tree (e.g. ``git archive`` of an earlier
+commit, its ``src`` directory) as a further candidate in the same rounds, for a before/after figure.
 
 Needs wrk (Debian: apt-get install wrk) and, for PostgreSQL, the server on 127.0.0.1:5432.
 """
@@ -43,7 +47,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait(url: str, timeout: float = 30) -> None:
+def _wait(url: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -111,7 +115,13 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
 def prepare(engine: str, data_dir: Path) -> tuple[dict[str, str], str | None]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
     env.update(
-        {"PARLEY_DATA_DIR": str(data_dir), "PARLEY_LOG_LEVEL": "WARNING", "PARLEY_RATE_LIMIT_PER_MINUTE": "0"}
+        {
+            "PARLEY_DATA_DIR": str(data_dir),
+            "PARLEY_LOG_LEVEL": "WARNING",
+            # Rate limits off (the organization's too: 3,000 a minute would answer 429s).
+            "PARLEY_RATE_LIMIT_PER_MINUTE": "0",
+            "PARLEY_RATE_LIMIT_ORG_PER_MINUTE": "0",
+        }
     )
     dropped = None
     if engine == "postgresql":
@@ -147,6 +157,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--engines", default="sqlite,postgresql")
+    parser.add_argument("--before", help="another source tree's src directory, run as a candidate too")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")
@@ -196,10 +207,15 @@ def main() -> None:
                         results.setdefault("bare ASGI, same JSON", []).append(
                             wrk(f"http://127.0.0.1:{bare_port}/", {}, args.duration)
                         )
-                    with server(serve, env, f"{base}/healthz"):
-                        results.setdefault(f"GET /api/api-keys/{{id}} ({engine})", []).append(
-                            wrk(url, headers, args.duration)
-                        )
+                    candidates = [("", env)]
+                    if args.before:
+                        candidates.append((", before", {**env, "PYTHONPATH": args.before}))
+                    for label, candidate_env in candidates:
+                        with server(serve, candidate_env, f"{base}/healthz"):
+                            wrk(url, headers, 2)  # warm-up: imports, pool, caches
+                            results.setdefault(f"GET /api/api-keys/{{id}} ({engine}{label})", []).append(
+                                wrk(url, headers, args.duration)
+                            )
                     print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
             finally:
                 if database:

@@ -17,6 +17,7 @@ from parley.assets.router import router as assets_router
 from parley.assets.router import uploads_router
 from parley.audit.dependencies import audit_mutations
 from parley.audit.router import router as audit_router
+from parley.auth.cache import IdentityBus, identity_cache_of
 from parley.auth.dependencies import on_authenticated
 from parley.auth.router import router as me_router
 from parley.auth.service import KnownUsers
@@ -144,6 +145,13 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = database is None
         app.state.db = database or Database.from_settings(settings)
+        # Keys and memberships every request reads, invalidated on change (through Redis across processes).
+        app.state.identity_cache = identity_cache_of(app.state.db)
+        identity_bus = (
+            IdentityBus.from_settings(app.state.identity_cache, settings) if settings.redis_url else None
+        )
+        if identity_bus is not None:
+            identity_bus.start()
         # Background jobs run in this process, or with PARLEY_REDIS_URL in `parley worker` processes;
         # unfinished work recorded in the database is re-queued.
         if getattr(app.state, "jobs", None) is None:
@@ -191,6 +199,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             await app.state.jobs.stop()
             await app.state.live_sessions.stop()
             await app.state.rate_limiter.aclose()
+            if identity_bus is not None:
+                await identity_bus.stop()
             if owned:
                 await app.state.db.dispose()
 
@@ -215,6 +225,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.blobs = blob_store_from_settings(settings)
     if database is not None:
         app.state.db = database
+        app.state.identity_cache = identity_cache_of(database)
         # A handed-in database may be one shared connection (the tests' rollback-per-test set-up):
         # jobs then run when drained, never beside a request on that connection.
         app.state.jobs = JobRunner(JobContext(db=database, state=app.state), workers=0)

@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.auth.cache import MISS, IdentityCache
 from parley.auth.models import Membership
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
@@ -40,6 +41,12 @@ from parley.kit.ratelimit import RateLimiter
 QUERY_CREDENTIAL_PARAMETERS = ("token", "access_token", "api_key")
 # Said wherever the organization is ambiguous: HTTP callers set the header, CLI users have no header.
 CHOOSE_ORGANIZATION = "the X-Organization-Id header (in `parley chat`: --org or PARLEY_ORG)"
+
+# Built once: the hot path's statement, with its compiled form cached by SQLAlchemy.
+_MEMBER_ROLE = select(Membership.role).where(
+    Membership.organization_id == bindparam("organization_id"),
+    Membership.user_id == bindparam("user_id"),
+)
 
 
 @dataclass(frozen=True)
@@ -114,17 +121,23 @@ class IdentityResolver:
         verifier: TokenVerifier,
         known_users: KnownUsers | None,
         limiter: RateLimiter,
+        cache: IdentityCache | None = None,
     ) -> None:
         self.settings = settings
         self.verifier = verifier
         self.known_users = known_users
         self.limiter = limiter
+        self.cache = cache
 
     @classmethod
     def of(cls, state: Any) -> IdentityResolver:
         # Read on every call: tests and the lifespan may swap the limiter or the verifier on the state.
         return cls(
-            state.settings, state.token_verifier, getattr(state, "known_users", None), state.rate_limiter
+            state.settings,
+            state.token_verifier,
+            getattr(state, "known_users", None),
+            state.rate_limiter,
+            getattr(state, "identity_cache", None),
         )
 
     # --- principals ---------------------------------------------------------------------------------
@@ -146,7 +159,7 @@ class IdentityResolver:
 
     async def _verify(self, session: AsyncSession, token: str) -> Principal:
         if token.startswith(API_KEY_PREFIX):
-            return await principal_from_api_key(session, token)
+            return await principal_from_api_key(session, token, self.cache)
         if is_stream_token(token):
             raise Unauthorized(
                 "A stream token opens one session's audio only; send it as ?token= on that WebSocket."
@@ -193,11 +206,17 @@ class IdentityResolver:
             return principal.api_key_role() if principal.api_key_organization_id == organization_id else None
         if principal.kind != "user":
             return None
+        cache = self.cache
+        if cache is not None:
+            cached = cache.role(principal.id, organization_id)
+            if cached is not MISS:
+                return Role(cached) if cached is not None else None
+            generation = cache.generation
         role = await session.scalar(
-            select(Membership.role).where(
-                Membership.organization_id == organization_id, Membership.user_id == principal.id
-            )
+            _MEMBER_ROLE, {"organization_id": organization_id, "user_id": principal.id}
         )
+        if cache is not None:
+            cache.put_role(principal.id, organization_id, role, generation)
         return Role(role) if role is not None else None
 
     async def context(

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.auth.cache import IdentityCache, KeySnapshot
 from parley.auth.models import ApiKey, Membership, Organization, User
 from parley.auth.principal import Principal
 from parley.auth.roles import Role
 from parley.auth.tokens import ADMIN_ROLE_CLAIM, Claims
 from parley.kit.crypto import constant_time_equals, sha256_hex
-from parley.kit.db import utcnow
+from parley.kit.db import after_commit, utcnow
 from parley.kit.errors import Unauthorized
 from parley.kit.ids import new_id
 from parley.kit.metrics import AUTH_FAILURES
@@ -113,33 +114,56 @@ def split_api_key(token: str) -> tuple[str, str] | None:
     return f"key_{parts[1].upper()}", token
 
 
-async def principal_from_api_key(session: AsyncSession, token: str) -> Principal:
+def _last_use_due(last_used_at: datetime | None, now: datetime) -> bool:
+    return last_used_at is None or now - last_used_at > _LAST_USED_RESOLUTION
+
+
+async def principal_from_api_key(
+    session: AsyncSession, token: str, cache: IdentityCache | None = None
+) -> Principal:
     split = split_api_key(token)
     if split is None:
         AUTH_FAILURES.labels("api_key").inc()
         raise Unauthorized("The API key is malformed.")
     key_id, whole = split
-    key = await session.get(ApiKey, key_id)
+    now = utcnow()
+    snapshot = cache.key(key_id) if cache is not None else None
+    key: ApiKey | None = None
+    generation = 0
+    if snapshot is None or _last_use_due(snapshot.last_used_at, now):
+        # Not cached, or ``last_used_at`` is due: read the row (and note the use below).
+        generation = cache.generation if cache is not None else 0
+        key = await session.get(ApiKey, key_id)
+        snapshot = KeySnapshot.of(key) if key is not None else None
     # Compare even when the row is missing, so timing does not reveal which key ids exist.
-    expected = key.key_hash if key is not None else "0" * 64
-    if not constant_time_equals(sha256_hex(whole), expected) or key is None:
+    expected = snapshot.key_hash if snapshot is not None else "0" * 64
+    if not constant_time_equals(sha256_hex(whole), expected) or snapshot is None:
         AUTH_FAILURES.labels("api_key").inc()
         raise Unauthorized("The API key is not valid.")
-    now = utcnow()
-    if key.revoked_at is not None:
+    if snapshot.revoked_at is not None:
         AUTH_FAILURES.labels("api_key_revoked").inc()
         raise Unauthorized("The API key has been revoked.")
-    if key.expires_at is not None and key.expires_at <= now:
+    if snapshot.expires_at is not None and snapshot.expires_at <= now:
         AUTH_FAILURES.labels("api_key_expired").inc()
         raise Unauthorized("The API key has expired.")
-    if key.last_used_at is None or now - key.last_used_at > _LAST_USED_RESOLUTION:
-        key.last_used_at = now
+    if key is not None:
+        if _last_use_due(key.last_used_at, now):
+            key.last_used_at = now
+            if cache is not None:
+                noted = replace(snapshot, last_used_at=now)
+
+                async def _remember() -> None:
+                    cache.put_key(noted, generation)
+
+                after_commit(session, _remember)  # cached once the noted use is committed
+        elif cache is not None:
+            cache.put_key(snapshot, generation)
     return Principal(
         kind="api_key",
-        id=key.id,
-        name=key.name,
-        api_key_organization_id=key.organization_id,
-        scopes=frozenset(key.scopes),
+        id=snapshot.id,
+        name=snapshot.name,
+        api_key_organization_id=snapshot.organization_id,
+        scopes=snapshot.scopes,
     )
 
 

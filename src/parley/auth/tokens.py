@@ -19,6 +19,10 @@ from parley.kit.errors import Unauthorized
 from parley.kit.metrics import AUTH_FAILURES
 
 ADMIN_ROLE_CLAIM = "platform_admin"
+# An HS256 token verified once is not verified again for this long (nor past its expiry): every request
+# of a client carries the same token, and checking its signature is a large share of a cached request.
+VERIFIED_FOR_SECONDS = 60.0
+MAX_VERIFIED = 10_000
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,26 @@ class TokenVerifier:
             if settings.auth_jwks_url
             else None
         )
+        self._verified: dict[str, tuple[float, float, Claims]] = {}
 
     async def verify(self, token: str) -> Claims:
+        """The token's claims; :class:`Unauthorized` with the reason when it does not verify."""
+        known = self._verified.get(token)
+        if known is not None:
+            expires, until, claims = known
+            if time.time() < expires and time.monotonic() < until:
+                return claims
+            del self._verified[token]  # expired: the full check below answers with the reason
+        claims, exp, algorithm = await self._verify(token)
+        # Only tokens signed with the configured secret are remembered: a provider's token must stop
+        # working as soon as its key leaves the provider's JWKS, which only the full check notices.
+        if algorithm == "HS256":
+            if len(self._verified) >= MAX_VERIFIED:
+                self._verified.clear()
+            self._verified[token] = (exp + self.leeway, time.monotonic() + VERIFIED_FOR_SECONDS, claims)
+        return claims
+
+    async def _verify(self, token: str) -> tuple[Claims, float, str]:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as exc:
@@ -102,7 +124,7 @@ class TokenVerifier:
         roles = payload.get("roles", [])
         if isinstance(roles, str):
             roles = roles.split()
-        return Claims(
+        claims = Claims(
             subject=subject,
             email=_short_str(payload.get("email"), 320),
             name=_short_str(payload.get("name"), 200),
@@ -110,6 +132,7 @@ class TokenVerifier:
             if isinstance(roles, list | tuple)
             else frozenset(),
         )
+        return claims, float(payload["exp"]), algorithm
 
     def _check_lifetime(self, payload: dict[str, Any]) -> None:
         # A stolen token is only as dangerous as it is long-lived: refuse ones minted to live "forever".

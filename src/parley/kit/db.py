@@ -298,6 +298,9 @@ class RequestUnit:
     handler's session begins; anything authentication changed (a first-seen user, an API key's
     ``last_used_at``) and every hook it registered move to the handler's session and commit with it; a
     row it had to insert at once (a first-seen user) commits before the handler's session begins.
+
+    A read-only request (GET, HEAD, OPTIONS) takes no write lock, so it needs no hand-over: authentication
+    and the handler share one session (``shared``), which commits what authentication noted at the end.
     """
 
     def __init__(self, request: Request) -> None:
@@ -313,6 +316,9 @@ class RequestUnit:
         self.reader: AsyncSession | None = None
         self.writer: AsyncSession | None = None
         self.done = False
+        # Read-only requests: one session for authentication and the handler (see get_session).
+        self.shared: AsyncSession | None = None
+        self.claimed = False
 
     @staticmethod
     def of(request: Request) -> RequestUnit:
@@ -322,7 +328,29 @@ class RequestUnit:
             request.state.uow = unit
         return unit
 
+    def shared_session(self) -> AsyncSession:
+        if self.shared is None:
+            self.shared = self.database.sessionmaker()
+            self.shared.sync_session.info = self.info
+        return self.shared
+
+    async def close_shared(self, *, commit: bool) -> None:
+        """End the read-only request's session: commit what authentication noted (and its hooks)."""
+        session, self.shared = self.shared, None
+        self.done = True
+        if session is None:
+            return
+        try:
+            if commit:
+                await _finish(session)
+            else:
+                await session.rollback()
+        finally:
+            await session.close()
+
     def open_reader(self) -> AsyncSession:
+        if not self.write:
+            return self.shared_session()
         if self.reader is None:
             self.reader = self.database.sessionmaker()
             self.reader.info.update(jobs=self.info["jobs"], database=self.database)
@@ -396,13 +424,32 @@ async def get_read_session(request: Request) -> AsyncIterator[AsyncSession]:
         if unit.reader is not None:  # the request failed: nothing of it is kept
             reader, unit.reader = unit.reader, None
             await reader.close()
+        if not unit.write and not unit.claimed:
+            await unit.close_shared(commit=False)
         raise
+    if not unit.write:
+        if not unit.claimed:  # no handler session: what authentication noted commits here
+            await unit.close_shared(commit=True)
+        return
     await unit.release_reader()
 
 
 async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
     """The handler's session, committed by the request's unit of work when the handler returns."""
     unit = RequestUnit.of(request)
+    if not unit.write:
+        # A read-only request (GET, HEAD, OPTIONS) takes no write lock: authentication and the handler
+        # share one session, so the request needs at most one connection.
+        session = unit.shared_session()
+        unit.claimed = True
+        request.state.db_session = session
+        try:
+            yield session
+        except BaseException:
+            await unit.close_shared(commit=False)
+            raise
+        await unit.close_shared(commit=True)
+        return
     async with unit_of_work(unit.database, write=unit.write, commit=True, info=unit.info) as session:
         unit.attach_writer(session)
         request.state.db_session = session

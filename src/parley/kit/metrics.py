@@ -27,6 +27,16 @@ REQUEST_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 AUTH_FAILURES = Counter("parley_auth_failures_total", "Rejected credentials", ["reason"])
+IDENTITY_CACHE = Counter(
+    "parley_identity_cache_lookups_total",
+    "Lookups of API keys and membership roles in the in-process identity cache",
+    ["result"],
+)
+IDENTITY_INVALIDATIONS = Counter(
+    "parley_identity_invalidations_total",
+    "Identity changes (keys, members, organizations) dropped from the cache: made here or received",
+    ["origin"],
+)
 
 DB_UNAVAILABLE = Counter(
     "parley_db_unavailable_total",

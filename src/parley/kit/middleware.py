@@ -34,6 +34,20 @@ def _json_error(status: int, detail: str, code: str) -> tuple[Message, Message]:
     return start, {"type": "http.response.body", "body": body}
 
 
+_QUIET = frozenset({"/metrics", "/healthz", "/readyz"})
+# The metric children of each (method, route, status): ``labels(...)`` takes a lock and builds a key.
+_CHILDREN: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
+def _metrics_of(method: str, route: str, status: int) -> tuple[Any, Any]:
+    children = _CHILDREN.get((method, route, status))
+    if children is None:
+        children = (REQUESTS.labels(method, route, str(status)), REQUEST_LATENCY.labels(method, route))
+        if len(_CHILDREN) < 10_000:  # route templates, not paths: a small set
+            _CHILDREN[(method, route, status)] = children
+    return children
+
+
 class RequestContextMiddleware:
     """Gives every request an id (``X-Request-Id``), logs one line per request and counts it.
 
@@ -75,9 +89,10 @@ class RequestContextMiddleware:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
             template = getattr(route, "path", "unmatched")
-            REQUESTS.labels(scope["method"], template, str(status_holder[0])).inc()
-            REQUEST_LATENCY.labels(scope["method"], template).observe(elapsed)
-            if template not in ("/metrics", "/healthz", "/readyz"):
+            counter, histogram = _metrics_of(scope["method"], template, status_holder[0])
+            counter.inc()
+            histogram.observe(elapsed)
+            if template not in _QUIET:
                 log.info(
                     "request",
                     method=scope["method"],
