@@ -7,9 +7,11 @@ paced out as a live transport paces it (:class:`parley.voice.session_call.Playou
 **Pace.** ``realtime``: the caller's frames go in at the rate they are spoken and the agent's audio
 comes out at the rate it is heard, so a run lasts as long as its calls and every figure is what a
 caller experiences. ``fast`` (the default): the same frames and the same turn-taking on a call clock
-(:class:`CallClock`) that counts every caller frame as 20 ms but does not wait for it; the work of
-recognition, the turn and synthesis is counted at its real duration. Fast runs skip the dead time
-(the caller's audio, the agent talking) and keep the order of events and the latency.
+(:class:`CallClock`) that counts every caller frame as 20 ms but does not wait for it, except the
+silence while the endpointing decides (the recognizer's partial transcripts arrive at their real
+speed); the work of recognition, the turn and synthesis is counted at its real duration. Fast runs
+skip the dead time (the caller's speech, the agent talking) and keep the order of events and the
+latency.
 
 **Turn-taking.** The caller speaks after the agent's reply has played (and a short pause), or, for a
 turn with ``barge_in``, ``after_ms`` after the reply began: over the agent. A turn with ``noise_ms``
@@ -97,8 +99,8 @@ class CallClock:
     def __call__(self) -> float:
         return time.perf_counter() + self.skew
 
-    async def tick(self) -> None:
-        """One caller frame is due."""
+    async def tick(self, *, paced: bool = False) -> None:
+        """One caller frame is due; ``paced``: at the fast pace too, it waits its 20 ms."""
         self.frames += 1
         if self.pace == "realtime":
             due = self.started + self.frames * FRAME_MS / 1000
@@ -106,6 +108,8 @@ class CallClock:
             if delay > 0:
                 await asyncio.sleep(delay)
             return
+        if paced and (delay := self.last + FRAME_MS / 1000 - self()) > 0:
+            await asyncio.sleep(delay)
         now = self()
         if now < self.last + FRAME_MS / 1000:
             self.skew += self.last + FRAME_MS / 1000 - now
@@ -242,9 +246,9 @@ class _Caller:
             elif isinstance(frame, ErrorFrame):
                 self.heard.problems.append(frame.detail)
 
-    async def feed(self, frames: list[bytes]) -> None:
+    async def feed(self, frames: list[bytes], *, paced: bool = False) -> None:
         for frame in frames:
-            await self.clock.tick()
+            await self.clock.tick(paced=paced)
             await self.pipeline.push_audio(frame)
             if self.onset is None and self.pipeline.segmenter.voiced:
                 self.onset = self.clock()
@@ -271,7 +275,9 @@ class _Caller:
                 if self.heard.problems:
                     raise VoiceFailure(self.heard.problems[0])
                 continue
-            await self.feed([SILENCE])
+            # The endpointing wait is silence on the wall clock at either pace: the recognizer's
+            # partial transcripts (which close a complete answer early) arrive at their real speed.
+            await self.feed([SILENCE], paced=pipeline.listening)
         return True
 
 
