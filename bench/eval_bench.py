@@ -81,7 +81,12 @@ async def baseline(connector: str, key: str, items: list[dict[str, Any]]) -> dic
 
 
 async def platform_run(
-    platform: str, key: str, items: list[dict[str, Any]], mode: str = "text", language: str = "de"
+    platform: str,
+    key: str,
+    items: list[dict[str, Any]],
+    mode: str = "text",
+    language: str = "de",
+    pace: str | None = None,
 ) -> dict[str, Any]:
     import jwt
 
@@ -105,7 +110,9 @@ async def platform_run(
         )
         assert added.status_code == 200, added.text
         started = time.perf_counter()
-        body = {"suite": dataset["id"], "flow_id": flow["id"], "mode": mode}
+        body: dict[str, Any] = {"suite": dataset["id"], "flow_id": flow["id"], "mode": mode}
+        if pace is not None:
+            body["voice"] = {"pace": pace}
         run = (await c.post("/api/evaluations/runs", json=body)).json()
         while run["status"] in ("queued", "running"):
             await asyncio.sleep(0.2)
@@ -149,13 +156,15 @@ def voice_figures(results: list[dict[str, Any]]) -> None:
         language = result["name"][:2]
         by_language.setdefault(language, ([], []))[0].extend(accuracy)
         by_language[language][1].extend(latency)
-        heard = "; ".join(f"{v['said']!r} -> {v['heard']!r}" for v in voiced)
+        heard = "; ".join(f"{v['said']!r} -> {v['heard']!r} ({v['voice_to_voice_ms']} ms)" for v in voiced)
         print(f"  {result['name']}: {result['status']} {result['reason'] or ''} | {heard}")
     for language, (accuracy, latency) in sorted(by_language.items()):
         mean = f"{sum(accuracy) / len(accuracy):.2f}" if accuracy else "-"
         p50 = f"{pct(latency, 50):.0f} ms" if latency else "-"
+        p95 = f"{pct(latency, 95):.0f} ms" if latency else "-"
         print(
-            f"voice, {language}: words heard as said {mean} over {len(accuracy)} turns; voice-to-voice p50 {p50}"
+            f"voice, {language}: words heard as said {mean} over {len(accuracy)} turns; "
+            f"voice-to-voice p50 {p50}, p95 {p95}"
         )
 
 
@@ -172,6 +181,12 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=20, help="Copies of the 10 demo scenarios.")
     parser.add_argument("--postgres", action="store_true", help="Run the platform on PostgreSQL.")
     parser.add_argument("--voice", action="store_true", help="Also run the demo suite once in voice mode.")
+    parser.add_argument(
+        "--pace",
+        choices=["fast", "realtime", "both"],
+        default="both",
+        help="Voice mode's pace (both: fast, then realtime).",
+    )
     args = parser.parse_args()
     items = scenarios(args.copies)
     pg_name: str | None = None
@@ -226,11 +241,17 @@ def main() -> None:
                 f"engine time per turn p50 {run['engine_p50']:.2f} ms, p99 {run['engine_p99']:.2f} ms; "
                 f"turn (engine+tool) p50 {run['turn_p50']} ms"
             )
-            if args.voice:
+            paces = ["fast", "realtime"] if args.pace == "both" else [args.pace]
+            for pace in paces if args.voice else []:
                 voiced = asyncio.run(
-                    platform_run(f"http://127.0.0.1:{platform_port}", key, demo_scenarios(), "voice", "en")
+                    platform_run(
+                        f"http://127.0.0.1:{platform_port}", key, demo_scenarios(), "voice", "en", pace
+                    )
                 )
-                print(f"voice mode, demo suite on the English agent: {voiced['counts']}")
+                print(
+                    f"voice mode ({pace} pace), demo suite on the English agent: {voiced['counts']}; "
+                    f"wall {voiced['wall_s']:.1f} s"
+                )
                 voice_figures(voiced["results"])
         finally:
             errors = [line for line in Path(tmp, "platform.log").read_text().splitlines() if "error" in line]

@@ -422,6 +422,14 @@ def eval_run(
     voice: Annotated[
         bool, typer.Option("--voice", help="Voice mode: speak the caller's lines through the voice pipeline.")
     ] = False,
+    pace: Annotated[
+        str | None,
+        typer.Option(
+            help="Voice mode's pace: fast (default; the waiting is skipped) or realtime (the caller's audio "
+            "streams at the rate it is spoken).",
+            show_default=False,
+        ),
+    ] = None,
     junit: Annotated[Path | None, typer.Option(help="Write JUnit XML here.", show_default=False)] = None,
     json_file: Annotated[
         Path | None,
@@ -444,6 +452,9 @@ def eval_run(
     if not token:
         console.print("[red]No token:[/red] pass --token or set PARLEY_TOKEN (see `parley token create`).")
         raise typer.Exit(2)
+    if pace is not None and (not voice or pace not in ("fast", "realtime")):
+        console.print("[red]--pace is voice mode's:[/red] pass --voice with --pace fast or --pace realtime.")
+        raise typer.Exit(2)
     try:
         passed = run_eval(
             url=url,
@@ -453,6 +464,7 @@ def eval_run(
             suite=suite,
             version=version,
             voice=voice,
+            pace=pace,
             junit_path=junit,
             json_path=json_file,
             timeout=timeout,

@@ -92,6 +92,15 @@ async def test_silence_gives_no_transcript() -> None:
     assert await recognise(b"\0" * 32000) == []
 
 
+async def test_a_cough_heard_with_a_grammar_gives_no_transcript_and_no_error() -> None:
+    # A grammar search that matches nothing used to fail the utterance (no segments at all), so the
+    # agent said "Sorry, I did not catch that" over a cough instead of going on.
+    from parley.evaluations.voice import noise_burst
+
+    cough = b"\0" * 9600 + b"".join(noise_burst(250)) + b"\0" * 6400
+    assert await recognise(cough, phrases=["yes", "no", "yeah", "nope"]) == []
+
+
 async def test_other_languages_need_a_model_on_disk(tmp_path: Path) -> None:
     with pytest.raises(LanguageUnavailable, match=r"cannot hear 'fr'.*German"):
         await PocketsphinxStt(models_dir=tmp_path).open_stream("fr", 16000)

@@ -123,6 +123,7 @@ def table(run: dict[str, Any], results: list[dict[str, Any]]) -> Table:
     if run["mode"] == "voice":
         grid.add_column("heard ok", justify="right")
         grid.add_column("voice-to-voice ms", justify="right")
+        grid.add_column("barge-in", overflow="fold")
     grid.add_column("why", overflow="fold")
     for result in results:
         status = result["status"]
@@ -145,9 +146,23 @@ def _voice_cells(result: dict[str, Any]) -> list[str]:
     voiced = [t["voice"] for t in result["turns"] if t.get("voice")]
     accuracy = [v["recognition_accuracy"] for v in voiced if v.get("recognition_accuracy") is not None]
     latency = [v["voice_to_voice_ms"] for v in voiced if v.get("voice_to_voice_ms") is not None]
+    barge = []
+    for turn in result["turns"]:
+        figures = (turn.get("voice") or {}).get("barge_in")
+        if not figures:
+            continue
+        if figures.get("false_interruption"):
+            what = "false, went on" if figures.get("agent_continued") else "false, went SILENT"
+        elif figures.get("agent_interrupted"):
+            stopped = figures.get("stopped_ms")
+            what = "stopped" + (f" in {stopped:.0f} ms" if stopped is not None else "")
+        else:
+            what = "not interrupted"
+        barge.append(f"t{turn['turn']}: {what}")
     return [
         f"{sum(accuracy) / len(accuracy):.0%}" if accuracy else "",
         f"{max(latency):.0f}" if latency else "",
+        "; ".join(barge),
     ]
 
 
@@ -199,6 +214,7 @@ def run_eval(
     version: int | None,
     junit_path: Path | None,
     voice: bool = False,
+    pace: str | None = None,
     json_path: Path | None,
     timeout: float,
     console: Console,
@@ -215,6 +231,8 @@ def run_eval(
                 body["version"] = version
             if voice:
                 body["mode"] = "voice"
+                if pace is not None:
+                    body["voice"] = {"pace": pace}
             run = _ok(client.post("/api/evaluations/runs", json=body), "Starting the run")
             run = _wait(client, run, console, timeout)
             results = _results(client, run["id"])
@@ -226,7 +244,10 @@ def run_eval(
         summary = run["summary"]
         out.print(
             f"voice: words heard as said {summary.get('recognition_accuracy_mean')}, "
-            f"voice-to-voice p50 {summary.get('voice_to_voice_ms_p50')} ms"
+            f"pace {summary.get('pace', 'fast')}, voice-to-voice p50 "
+            f"{summary.get('voice_to_voice_ms_p50')} ms, p95 {summary.get('voice_to_voice_ms_p95')} ms; "
+            f"interruptions {summary.get('interruptions', 0)} "
+            f"(false {summary.get('false_interruptions', 0)})"
         )
     out.print(
         f"{run['status']}: {counts['passed']} passed, {counts['failed']} failed, {counts['error']} error(s), "

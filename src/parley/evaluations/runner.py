@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from parley.evaluations.expectations import Conversation, TurnRecord, check
 from parley.evaluations.schemas import Scenario, TextCheck, ToolMock
-from parley.evaluations.voice import VoiceFailure, voice_turns
+from parley.evaluations.voice import Pace, VoiceFailure, check_voice, voice_turns
 from parley.flows.definition import FlowDefinition
 from parley.runtime.engine import ANSWERED, FlowEngine, TurnResult
 from parley.runtime.ports import HandOver, LlmError, LlmPort, ToolOutcome, ToolPort, ToolSpec
@@ -137,6 +137,9 @@ async def _scripted(engine: FlowEngine, scenario: Scenario, session_id: str) -> 
         if state.status != "active":
             conversation.unused_turns = len(scenario.turns) - number + 1
             break
+        if turn.noise_ms is not None:  # a noise over the agent is voice mode's; text has no turn for it
+            _record(conversation, number, None, TurnResult())
+            continue
         _record(conversation, number, turn.text, await engine.handle(state, turn.text))
     # The script is over: the caller hangs up, as on a phone.
     engine.end(state, "abandoned", "caller_hung_up")
@@ -152,6 +155,7 @@ class VoiceKit:
     caller_tts: TtsEngine
     agent_tts: TtsEngine
     vad: Vad
+    pace: Pace = "fast"
 
 
 async def _voiced(engine: FlowEngine, scenario: Scenario, session_id: str, kit: VoiceKit) -> Conversation:
@@ -167,9 +171,10 @@ async def _voiced(engine: FlowEngine, scenario: Scenario, session_id: str, kit: 
         agent_tts=kit.agent_tts,
         vad=kit.vad,
         record=_record,
+        pace=kit.pace,
     )
-    for turn, figure in zip(conversation.turns[1:], figures, strict=False):
-        turn.voice = figure.as_json()
+    for record, figure in zip(conversation.turns[1:], figures, strict=False):
+        record.voice = figure.as_json()
     engine.end(conversation.state, "abandoned", "caller_hung_up")
     return conversation
 
@@ -258,6 +263,8 @@ async def run_scenario(
         return Outcome("error", f"Voice mode failed: {exc}", duration_ms=_ms(started))
     turn_checks: list[list[TextCheck]] = [scenario.expect.opening] + [t.expect for t in scenario.turns]
     failures = check(scenario, turn_checks, conversation)
+    if voice is not None:
+        failures.extend(check_voice(scenario, conversation))
     outcome = Outcome("passed", conversation=conversation)
     llm_failures = [s for s in conversation.state.signals if s.type == "llm_failure"]
     if llm_failures and "llm_failure" not in scenario.expect.signals:

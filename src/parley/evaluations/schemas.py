@@ -57,17 +57,57 @@ class TextCheck(StrictModel):
         return ""  # pragma: no cover - the validator guarantees one
 
 
+class BargeIn(StrictModel):
+    """Voice mode: the caller speaks over the agent's reply (to the turn before) ``after_ms`` after it
+    began, instead of waiting for the agent to finish."""
+
+    after_ms: int = Field(ge=0, le=30000)
+
+
+class VoiceChecks(StrictModel):
+    """Voice mode's expectations on one caller turn (text mode ignores them)."""
+
+    agent_interrupted: bool | None = Field(
+        default=None, description="The agent stopped talking because the caller spoke over it."
+    )
+    stopped_within_ms: int | None = Field(
+        default=None, gt=0, le=10000, description="From the caller's first voiced frame to the agent's stop."
+    )
+    min_accuracy: float | None = Field(
+        default=None, ge=0, le=1, description="The caller's words heard as said (1 - word error rate)."
+    )
+    agent_continued: bool | None = Field(
+        default=None,
+        description="The agent was not left silent: not interrupted, or it spoke again after the stop.",
+    )
+
+
 class CallerTurn(StrictModel):
-    """The caller's side of one turn: ``say`` a line or stay silent; ``expect`` checks the reply."""
+    """The caller's side of one turn: ``say`` a line, stay silent, or (voice mode) make a noise over
+    the agent; ``expect`` checks the reply, ``voice`` the turn's voice behaviour."""
 
     say: str | None = Field(default=None, min_length=1, max_length=4000)
     silence: bool = False
+    noise_ms: int | None = Field(
+        default=None,
+        ge=20,
+        le=2000,
+        description="Voice mode: a noise burst (a cough) of this length instead of words; text mode skips it.",
+    )
+    barge_in: BargeIn | None = None
     expect: list[TextCheck] = Field(default_factory=list, max_length=20)
+    voice: VoiceChecks | None = None
 
     @model_validator(mode="after")
     def _one(self) -> CallerTurn:
-        if (self.say is None) == (not self.silence):
-            raise ValueError("a caller turn either says something (say) or stays silent (silence: true)")
+        chosen = (self.say is not None) + self.silence + (self.noise_ms is not None)
+        if chosen != 1:
+            raise ValueError(
+                "a caller turn either says something (say), stays silent (silence: true) "
+                "or makes a noise (noise_ms)"
+            )
+        if self.silence and self.barge_in is not None:
+            raise ValueError("a silent turn cannot barge in; give it say or noise_ms")
         return self
 
     @property
@@ -189,11 +229,26 @@ class SuiteOut(BaseModel):
     updated_at: datetime
 
 
+class VoiceOptions(StrictModel):
+    pace: Literal["fast", "realtime"] = Field(
+        default="fast",
+        description="realtime: the caller's audio is streamed at the rate it is spoken (a run lasts as "
+        "long as its calls); fast: the waiting is skipped, turn-taking and latency are kept.",
+    )
+
+
 class RunCreate(StrictModel):
     suite: str = Field(min_length=1, max_length=200, description="The suite's dataset id (ds_...) or name.")
     flow_id: str = Field(min_length=1, max_length=40)
     version: int | None = Field(default=None, ge=1, description="A published version; omit for the draft.")
     mode: Literal["text", "voice"] = "text"
+    voice: VoiceOptions | None = Field(default=None, description="Voice mode's options (mode voice only).")
+
+    @model_validator(mode="after")
+    def _voice_only(self) -> RunCreate:
+        if self.voice is not None and self.mode != "voice":
+            raise ValueError('voice options are for voice mode; set "mode": "voice"')
+        return self
 
 
 class RunCounts(BaseModel):

@@ -245,7 +245,8 @@ async def create_run(session: AsyncSession, context: OrgContext, data: RunCreate
         status="queued",
         total=len(items),
         chunks=chunks,
-        summary={},
+        # voice mode's pace is kept in the summary (and stays there when the run is summarized)
+        summary={"pace": pace_of(data)} if data.mode == "voice" else {},
         created_by=context.principal.id,
     )
     session.add(run)
@@ -339,6 +340,11 @@ def results_query(organization_id: str, run_id: str, status: str | None) -> Sele
     return stmt
 
 
+def pace_of(data: RunCreate) -> str:
+    """Voice mode's pace: ``fast`` unless the run asks for ``realtime``."""
+    return data.voice.pace if data.voice is not None else "fast"
+
+
 async def summarize(session: AsyncSession, run: EvaluationRun) -> tuple[dict[str, Any], bool]:
     """The summary of a finished run and whether it passed (every scenario passed)."""
     tally = (await counts(session, [run.id]))[run.id]
@@ -349,6 +355,7 @@ async def summarize(session: AsyncSession, run: EvaluationRun) -> tuple[dict[str
     durations: list[float] = []
     accuracy: list[float] = []
     voice_ms: list[float] = []
+    interruptions = false_interruptions = 0
     for turns, duration in rows:
         turn_ms.extend(float(t.get("total_ms") or 0.0) for t in turns or [])
         for turn in turns or []:
@@ -357,6 +364,9 @@ async def summarize(session: AsyncSession, run: EvaluationRun) -> tuple[dict[str
                 accuracy.append(float(voice["recognition_accuracy"]))
             if voice.get("voice_to_voice_ms") is not None:
                 voice_ms.append(float(voice["voice_to_voice_ms"]))
+            barge = voice.get("barge_in") or {}
+            interruptions += bool(barge.get("agent_interrupted"))
+            false_interruptions += bool(barge.get("false_interruption"))
         if duration is not None:
             durations.append(float(duration))
 
@@ -375,6 +385,9 @@ async def summarize(session: AsyncSession, run: EvaluationRun) -> tuple[dict[str
         "scenario_ms_p50": quantile(durations, 0.5),
     }
     if run.mode == "voice":
+        summary["pace"] = (run.summary or {}).get("pace", "fast")
+        summary["interruptions"] = interruptions
+        summary["false_interruptions"] = false_interruptions
         summary["recognition_accuracy_mean"] = round(sum(accuracy) / len(accuracy), 3) if accuracy else None
         summary["voice_to_voice_ms_p50"] = quantile(voice_ms, 0.5)
         summary["voice_to_voice_ms_p95"] = quantile(voice_ms, 0.95)

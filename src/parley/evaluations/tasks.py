@@ -75,7 +75,7 @@ def _context(run: EvaluationRun) -> OrgContext:
     return system_context(run.organization_id, actor="evaluation", name="Evaluation run")
 
 
-def _voice_kit(context: JobContext, definition: FlowDefinition) -> VoiceKit:
+def _voice_kit(context: JobContext, definition: FlowDefinition, run: EvaluationRun) -> VoiceKit:
     """The offline engines (PocketSphinx, eSpeak NG, WebRTC VAD): the caller's voice is always the
     offline one; models for other languages than US English come from ``<data dir>/models``."""
     return VoiceKit(
@@ -84,6 +84,7 @@ def _voice_kit(context: JobContext, definition: FlowDefinition) -> VoiceKit:
         caller_tts=EspeakTts(),
         agent_tts=EspeakTts(),
         vad=WebRtcVad(16000),
+        pace="realtime" if (run.summary or {}).get("pace") == "realtime" else "fast",
     )
 
 
@@ -114,7 +115,7 @@ async def _run_one(
             llm=llm if any(n.type in ("llm", "knowledge") for n in definition.nodes) else None,
             calls=MockedLine(scenario.line),
         )
-        voice = _voice_kit(context, definition) if run.mode == "voice" else None
+        voice = _voice_kit(context, definition, run) if run.mode == "voice" else None
         try:
             outcome = await asyncio.wait_for(
                 run_scenario(engine, scenario, session_id=f"eval_{result.id}", llm=llm, voice=voice),

@@ -253,6 +253,29 @@ async def open_voiced(state: Any, context: OrgContext, session_id: str) -> Opene
     return Opened(context, session_id, config, engines, greeting)
 
 
+class Playout:
+    """Agent audio onto a wire at the rate it is heard: at most ``PLAYOUT_LEAD_S`` ahead of real time
+    (what a live call's transport does; voice-mode evaluations pace the agent the same way)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.at = clock()
+
+    async def wait(self) -> None:
+        """Before one frame goes out: wait while the wire is ``PLAYOUT_LEAD_S`` ahead."""
+        now = self.clock()
+        self.at = max(self.at, now)
+        if self.at - now > PLAYOUT_LEAD_S:
+            await asyncio.sleep(self.at - now - PLAYOUT_LEAD_S)
+
+    def sent(self) -> None:
+        self.at += FRAME_MS / 1000
+
+    def reset(self) -> None:
+        """Barge-in: what was buffered is dropped, the wire is free now."""
+        self.at = self.clock()
+
+
 class Inbox:
     """Caller audio waiting for the pipeline: whole frames, bounded (the oldest go first)."""
 
@@ -408,21 +431,18 @@ class VoiceCall(ABC):
 
     async def _send(self) -> None:
         """Frames out: audio paced to at most ``PLAYOUT_LEAD_S`` ahead of real time, events as they come."""
-        playout = time.monotonic()
+        playout = Playout()
         while True:
             frame = await self.pipeline.out.get()
             if isinstance(frame, AudioOut):
                 if self.muted:
                     continue
-                now = time.monotonic()
-                playout = max(playout, now)
-                if playout - now > PLAYOUT_LEAD_S:
-                    await asyncio.sleep(playout - now - PLAYOUT_LEAD_S)
+                await playout.wait()
                 await self.send_audio(frame.pcm)
-                playout += FRAME_MS / 1000
+                playout.sent()
                 continue
             if isinstance(frame, Interrupt):
-                playout = time.monotonic()
+                playout.reset()
                 if self.recorder is not None:
                     self.recorder.interrupt()
                 await self.clear()

@@ -239,7 +239,8 @@ class _Decoding:
         start = self.utt_start_ms
         self.utt_start_ms = None
         words = []
-        for seg in self.decoder.seg():
+        # a grammar search that found nothing in the audio (a cough, noise) has no segments at all
+        for seg in self.decoder.seg() or ():
             if _FILLERS.match(seg.word):
                 continue
             words.append(

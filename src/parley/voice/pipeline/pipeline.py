@@ -371,6 +371,25 @@ class VoicePipeline:
         running = self._speaking is not None and not self._speaking.done()
         return running or self.clock() < self._playout_until
 
+    @property
+    def listening(self) -> bool:
+        """An utterance is in progress: the endpointing needs more audio to close it."""
+        return self._utterance is not None or self.segmenter.in_speech
+
+    @property
+    def working(self) -> bool:
+        """A turn, its recognition or the agent's speech is being produced."""
+        return self._turn_lock.locked() or any(not t.done() for t in self._tasks)
+
+    @property
+    def busy(self) -> bool:
+        """Listening, working or still playing the agent's audio."""
+        return self._busy()
+
+    def expecting(self, expect: Expect | None, phrases: Sequence[str] | None) -> None:
+        """What the next answer is (a turn answered outside the pipeline, e.g. a silent caller's)."""
+        self._set_expect(expect, phrases)
+
     def _set_expect(self, expect: Expect | None, phrases: Sequence[str] | None) -> None:
         if expect is None and phrases is not None:
             expect = Expect(phrases=phrases)
