@@ -44,9 +44,13 @@ browser:
 		echo "chromium is missing (apt-get install chromium as root); the browser tests will skip, or fail with CI=true"; \
 	fi
 
-# The real-time voice tests (marker `realtime`) run in a process of their own, after the rest.
+# The tests run on PYTEST_WORKERS parallel pytest-xdist workers (default 2; `make test PYTEST_WORKERS=0`
+# runs them in one process), each with databases and temporary directories of its own; a file's tests
+# stay on one worker (--dist loadfile). The real-time voice tests (marker `realtime`) run afterwards in
+# a process of their own: they measure audio timing and must not share the cores with other tests.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP_TEST) browser
-	$(BIN)/python -m pytest -m "not realtime"
+	$(BIN)/python -m pytest -m "not realtime" -n $(PYTEST_WORKERS) --dist loadfile
 	$(BIN)/python -m pytest -m realtime
 
 test: lint typecheck pytest

@@ -20,10 +20,18 @@ def free_port() -> int:
 
 @contextmanager
 def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
-    port = port or free_port()
+    """Serve ``app`` on ``port``, or on a socket bound to port 0 before the server starts.
+
+    Binding first means no other process (a parallel pytest worker, say) can take the port between
+    choosing it and listening on it.
+    """
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port or 0))
+    port = int(sock.getsockname()[1])
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 15
     while not server.started:
@@ -35,3 +43,4 @@ def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        sock.close()

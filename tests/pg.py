@@ -1,4 +1,4 @@
-"""PostgreSQL for tests: a fresh database per test run on the local server.
+"""PostgreSQL for tests: a fresh database per test run (and per xdist worker) on the local server.
 
 ``PARLEY_TEST_PG_DSN`` names the server (default: the machine's trust-auth PostgreSQL on 127.0.0.1).
 Without a reachable server the PostgreSQL variants skip with a message, except with ``CI=true``,
@@ -40,10 +40,18 @@ def require_postgres() -> None:
         pytest.skip(message)
 
 
+def worker_id() -> str:
+    """The pytest-xdist worker running this process (``gw0``, ``gw1``, ...), or ``main`` without xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
 def create_database(prefix: str) -> tuple[str, str]:
-    """Create a fresh database; return its name and its SQLAlchemy asyncpg URL."""
+    """Create a fresh database, named with the worker and a uuid; return its name and its asyncpg URL.
+
+    Parallel workers (``pytest -n 2``) each get databases of their own; the caller drops them.
+    """
     require_postgres()
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    name = f"{prefix}_{worker_id()}_{uuid.uuid4().hex[:10]}"
     asyncio.run(_admin_execute(f'CREATE DATABASE "{name}"'))
     base = ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://", 1)
     return name, f"{base}/{name}"

@@ -131,6 +131,7 @@ def console_commands(body: str) -> list[tuple[str, str, list[str]]]:
     return [(command, "".join(f"{said}\n" for said in said), labels) for command, said, labels in commands]
 
 
+@pytest.mark.slow
 def test_every_readme_command_runs_as_printed(stack: dict[str, Any]) -> None:
     ran = 0
     for kind, body in blocks(ROOT / "README.md"):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import jwt
+import pytest
 
 
 def run(args: list[str], data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -25,6 +26,7 @@ def test_help_explains_every_command(tmp_path: Path) -> None:
         assert command in result.stdout
 
 
+@pytest.mark.slow
 def test_db_upgrade_current_and_token(tmp_path: Path) -> None:
     assert run(["db", "upgrade"], tmp_path).returncode == 0
     assert "(head)" in run(["db", "current"], tmp_path).stdout
@@ -43,6 +45,7 @@ def test_db_upgrade_current_and_token(tmp_path: Path) -> None:
     assert claims["exp"] - claims["iat"] == 600
 
 
+@pytest.mark.slow
 def test_token_create_stays_within_the_maximum_token_lifetime(tmp_path: Path) -> None:
     env = {"PARLEY_AUTH_MAX_TOKEN_LIFETIME_SECONDS": "3600"}
     refused = run(["token", "create", "--sub", "alice", "--ttl", "3601"], tmp_path, **env)
@@ -55,6 +58,7 @@ def test_token_create_stays_within_the_maximum_token_lifetime(tmp_path: Path) ->
     assert made.returncode == 0, made.stderr
 
 
+@pytest.mark.slow
 def test_bad_configuration_is_one_clear_sentence(tmp_path: Path) -> None:
     cases = [
         ({"PARLEY_DATABASE_URL": "mysql://db/x"}, "PARLEY_DATABASE_URL"),
@@ -75,12 +79,14 @@ def test_bad_configuration_is_one_clear_sentence(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_serve_refuses_an_unmigrated_database(tmp_path: Path) -> None:
     result = run(["serve", "--port", "1"], tmp_path)
     assert result.returncode == 2
     assert "parley db upgrade" in result.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_database_is_one_clear_sentence(tmp_path: Path) -> None:
     for url, fragment in [
         ("postgresql+asyncpg://postgres@127.0.0.1:1/x", "Connect call failed"),

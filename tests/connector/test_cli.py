@@ -36,7 +36,9 @@ def test_keys_create_prints_the_key_alone_on_stdout(env: dict[str, str]) -> None
     listed = runner.invoke(app, ["keys", "list"], env=env)
     assert listed.exit_code == 0
     assert "voice-agent" in listed.stdout and "active" in listed.stdout
-    assert lines[0] not in listed.stdout and lines[0].rsplit("_", 1)[1] not in listed.stdout
+    # pcn_<key id>_<secret>: the secret (token_urlsafe, which may itself contain "_") is never listed.
+    secret = lines[0].split("_", 2)[2]
+    assert lines[0] not in listed.stdout and secret not in listed.stdout
 
     again = runner.invoke(app, ["keys", "create", "--name", "voice-agent"], env=env)
     assert again.exit_code == 1

@@ -280,6 +280,7 @@ def expected_problems(page: Any) -> list[str]:
     return [p for p in page.problems if "Failed to load resource" not in p]
 
 
+@pytest.mark.slow
 def test_the_console_is_served_with_a_strict_policy_and_stays_out_of_the_api_document(
     platform: dict[str, Any],
 ) -> None:
@@ -472,6 +473,7 @@ def test_a_flow_deleted_in_another_tab_is_explained(page: Any, platform: dict[st
     page.locator(".message.error", has_text="deleted in another tab").wait_for()
 
 
+@pytest.mark.slow
 def test_a_long_history_is_paged_not_loaded(page: Any, platform: dict[str, Any]) -> None:
     """The history is read 50 at a time with the server's cursor; "Load more" fetches the next page, so
     10,000 calls cost one page of rows at a time."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from parley.app import create_app
 from parley.config import Settings
@@ -47,6 +48,7 @@ def _seed(data_dir: Path, connector: dict[str, str]) -> dict[str, str]:
     return lines
 
 
+@pytest.mark.slow
 async def test_seed_is_idempotent_and_the_agent_can_look_up_orders(
     tmp_path: Path, connector: dict[str, Any]
 ) -> None:

@@ -190,6 +190,7 @@ def _until(check: Any, attempts: int = 600, pause: float = 0.25) -> Any:
     raise AssertionError("the condition was not met")
 
 
+@pytest.mark.slow
 def test_a_document_uploaded_on_a_is_ingested_by_the_worker_and_searchable_on_b(cluster: Cluster) -> None:
     headers = _org(cluster, "knowledge-user")
     uploaded = httpx.post(

@@ -89,6 +89,7 @@ def evaluate(shop: dict[str, Any], *args: str) -> subprocess.CompletedProcess[st
     )
 
 
+@pytest.mark.slow
 def test_the_demo_suite_passes_from_the_terminal(shop: dict[str, Any], tmp_path: Path) -> None:
     junit, report = tmp_path / "junit.xml", tmp_path / "run.json"
     done = evaluate(
@@ -107,6 +108,7 @@ def test_the_demo_suite_passes_from_the_terminal(shop: dict[str, Any], tmp_path:
     assert data["run"]["passed"] is True and len(data["results"]) == 10
 
 
+@pytest.mark.slow
 def test_a_broken_version_fails_with_exit_1_and_names_the_scenarios(
     shop: dict[str, Any], tmp_path: Path
 ) -> None:

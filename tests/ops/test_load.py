@@ -15,6 +15,7 @@ pytestmark = pytest.mark.postgres
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install wrk)")
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+@pytest.mark.slow
 def test_sustained_load_without_errors(tmp_path: Path) -> None:
     with stack(tmp_path, 500, proxied=False, private_redis=True) as running:
         report = sustained(running, duration=20, connections=4, every=1.0)

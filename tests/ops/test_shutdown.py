@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -100,6 +101,7 @@ async def _call(ws_url: str, session_id: str, token: str, org: str) -> Caller:
     return caller
 
 
+@pytest.mark.slow
 async def test_sigterm_drains_live_calls(tmp_path: Path) -> None:
     env = _env(tmp_path)
     subprocess.run(

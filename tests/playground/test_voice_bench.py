@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_voice_bench_runs_end_to_end() -> None:
     args = ["--trials", "1", "--turns", "5", "--sessions", "2", "--seconds", "1", "--offline-sessions", "1"]
     done = subprocess.run(

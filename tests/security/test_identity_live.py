@@ -89,6 +89,7 @@ def strict(fresh_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         yield url
 
 
+@pytest.mark.slow
 def test_failed_authentication_and_one_organization_are_limited(strict: str) -> None:
     with httpx.Client(base_url=strict, timeout=30) as http:
         alice = new_org(http, "strict-alice", "Strict GmbH")

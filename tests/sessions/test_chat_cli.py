@@ -71,6 +71,7 @@ def chat(
     )
 
 
+@pytest.mark.slow
 def test_chat_until_the_flow_ends(live: dict[str, Any]) -> None:
     done = chat(live, text="Alice\n")
     assert done.returncode == 0, done.stderr
@@ -94,6 +95,7 @@ def test_chat_by_name_ends_on_ctrl_d(live: dict[str, Any]) -> None:
     assert (call["outcome"], call["end_reason"]) == ("abandoned", "ended_by_client")
 
 
+@pytest.mark.slow
 def test_chat_explains_problems(live: dict[str, Any]) -> None:
     missing = chat(live, "no-such-flow", text="")
     assert missing.returncode == 1 and "No flow named 'no-such-flow'." in missing.stderr
@@ -101,6 +103,7 @@ def test_chat_explains_problems(live: dict[str, Any]) -> None:
     assert no_token.returncode == 2 and "No token" in no_token.stderr
 
 
+@pytest.mark.slow
 def test_without_org_the_cli_finds_the_organization_that_has_the_flow(live: dict[str, Any]) -> None:
     # A second organization without the flow (as after the README's "A first request").
     other = httpx.post(

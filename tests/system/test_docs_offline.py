@@ -46,6 +46,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield base_url
 
 
+@pytest.mark.slow
 def test_swagger_ui_renders_the_operations_with_the_network_cut_off(served: str) -> None:
     executable = require_browser()
     from playwright.sync_api import sync_playwright

@@ -56,8 +56,11 @@ class KeyCache:
             if self._reloading is None:
                 await self._reload()
             elif age > 2 * self._ttl:
+                loaded_before = self._loaded_at
                 await self._reloading.wait()
-                if time.monotonic() - self._loaded_at > 2 * self._ttl:
+                # Whether the reload succeeded, not how long it took: a reload slower than 2 * ttl
+                # (a busy database) still brings a fresh table.
+                if self._loaded_at == loaded_before:
                     raise StoreUnavailable()  # the reload failed: never fall back to a stale table
         return self._table.get(key_id)
 
