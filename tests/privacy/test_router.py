@@ -277,7 +277,7 @@ async def test_export_and_delete_everything_about_a_caller(
         "deleted": True,
         "calls": 2,
         "recordings": 1,
-        "sources": {"sessions": 2, "whatsapp_messages": 2},
+        "sources": {"sessions": 2, "whatsapp_messages": 2, "campaign_contacts": 0},
     }
     assert not await app.state.blobs.exists(inbound.blob_key)
     remaining = await db_session.scalars(select(Call.id).where(Call.organization_id == org))
@@ -288,7 +288,7 @@ async def test_export_and_delete_everything_about_a_caller(
     (event,) = await _audit(db_session, org, "delete_caller")
     # the audit trail keeps a masked number, not the one that was deleted
     assert event.resource_type == "caller" and event.resource_id == "+49*********78"
-    assert event.details == {"calls": 2, "recordings": 1, "sources": {"sessions": 2, "whatsapp_messages": 2}}
+    assert event.details == {"calls": 2, "recordings": 1, "sources": {"sessions": 2, "whatsapp_messages": 2, "campaign_contacts": 0}}
     assert await db_session.scalar(select(func.count()).where(WhatsAppMessage.organization_id == org)) == 0
 
 
