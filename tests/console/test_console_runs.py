@@ -316,7 +316,11 @@ def test_ten_thousand_calls_are_paged_and_the_api_answers_every_page(
         params: dict[str, Any] = {"limit": 200}
         if cursor:
             params["cursor"] = cursor
-        body = _check(httpx.get(f"{base}/api/monitoring/calls/history", params=params, headers=headers))
+        # A generous time-out: the machine running the suite may be loaded (this is not a speed test).
+        page_of = httpx.get(
+            f"{base}/api/monitoring/calls/history", params=params, headers=headers, timeout=120
+        )
+        body = _check(page_of)
         pages += 1
         seen += [item["id"] for item in body["items"]]
         cursor = body["next_cursor"]
