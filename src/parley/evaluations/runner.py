@@ -240,11 +240,6 @@ async def run_scenario(
     started = time.perf_counter()
     if scenario.simulated and voice is not None:
         return Outcome("skipped", "Simulated callers run in text mode only.")
-    language = (scenario.language or engine.language or "en")[:2]
-    if voice is not None and language != "en":
-        # The offline German recognizer is experimental (docs/voice.md): a spoken German scenario can
-        # stall the run, so voice mode runs English scenarios only until it is reliable.
-        return Outcome("skipped", f"Voice mode runs English scenarios only; this one is in {language!r}.")
     if scenario.simulated and llm is None:
         return Outcome(
             "skipped", "A simulated caller needs an LLM provider in the organization; none is set up."
