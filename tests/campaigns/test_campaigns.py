@@ -64,6 +64,10 @@ async def test_bad_rows_refuse_the_whole_upload_with_row_numbers(org: Org) -> No
         headers={**org.headers, "Content-Type": "text/xml"},
     )
     assert wrong_type.status_code == 415
+    # a header field over the csv module's field limit (128 KiB) is a 422, not a 500
+    huge_header = await upload_csv(org, campaign["id"], "phone;" + "x" * 200_000 + "\n+491701111111;1\n")
+    assert huge_header.status_code == 422, huge_header.text
+    assert "header cannot be read" in huge_header.json()["detail"][0]["msg"]
 
     # a number already in the campaign is a duplicate in a later upload too
     assert (await upload_csv(org, campaign["id"], "phone\n+491701111111\n")).status_code == 200

@@ -419,7 +419,10 @@ def _csv_rows(text: io.TextIOWrapper) -> tuple[list[str], int, Any]:
     if not first.strip():
         raise Unprocessable("The CSV is empty; its first line must be a header naming a phone column.")
     delimiter = max((";", ",", "\t"), key=first.count)
-    header = next(csv.reader([first], delimiter=delimiter))
+    try:
+        header = next(csv.reader([first], delimiter=delimiter))
+    except csv.Error as exc:  # e.g. a header field over the csv module's field limit
+        raise Unprocessable(f"The CSV header cannot be read: {exc}.") from exc
     names = [_header_name(h) for h in header]
     phone_column = next((i for i, n in enumerate(names) if n in PHONE_HEADERS), None)
     if phone_column is None:
