@@ -8,14 +8,18 @@ import contextlib
 import csv
 import io
 import threading
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import httpx
+import pytest
 from sqlalchemy import update
 
+from parley.campaigns import service as campaigns_service
 from parley.campaigns.models import Campaign, CampaignContact
-from parley.kit.db import Database
+from parley.kit.db import Database, unit_of_work
+from parley.kit.errors import Conflict
 from parley.sessions.models import ConversationSession
 from tests.campaigns.conftest import ALWAYS, CALLER_ID, Harness, contacts, make_campaign, upload_csv
 from tests.organizations.test_router import BOB
@@ -64,6 +68,10 @@ async def test_bad_rows_refuse_the_whole_upload_with_row_numbers(org: Org) -> No
         headers={**org.headers, "Content-Type": "text/xml"},
     )
     assert wrong_type.status_code == 415
+    # a header field over the csv module's field limit (128 KiB) is a 422, not a 500
+    huge_header = await upload_csv(org, campaign["id"], "phone;" + "x" * 200_000 + "\n+491701111111;1\n")
+    assert huge_header.status_code == 422, huge_header.text
+    assert "header cannot be read" in huge_header.json()["detail"][0]["msg"]
 
     # a number already in the campaign is a duplicate in a later upload too
     assert (await upload_csv(org, campaign["id"], "phone\n+491701111111\n")).status_code == 200
@@ -414,3 +422,35 @@ async def test_a_lost_status_callback_is_made_up_for_by_the_sessions_end(
     )
     assert found["+491702222222"]["next_attempt_at"] is None
     assert len(twilio.state.calls) == 2
+
+
+async def test_a_number_added_by_another_upload_meanwhile_is_409_not_500(
+    org: Org, database: Database
+) -> None:
+    """The duplicate check runs before the body is read (no transaction while it streams in); a
+    contact another request commits in between hits the unique constraint: 409, nothing added.
+    (The service is driven directly: the in-process HTTP client reads a body before the app runs.)"""
+    campaign = await make_campaign(org)
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b"phone\n+491707777777\n"
+        async with database.sessionmaker() as session:  # another upload commits the same number now
+            session.add(
+                CampaignContact(
+                    id="cc_meanwhile",
+                    organization_id=org.id,
+                    campaign_id=campaign["id"],
+                    row_number=1,
+                    phone="+491708888888",
+                    variables={},
+                    status="pending",
+                    attempts=0,
+                )
+            )
+            await session.commit()
+        yield b"+491708888888\n"
+
+    with pytest.raises(Conflict, match="meanwhile"):
+        async with unit_of_work(database, write=True) as session:
+            await campaigns_service.upload_contacts(session, org.id, campaign["id"], body(), "csv")
+    assert list(await contacts(org, campaign["id"])) == ["+491708888888"]  # only the other request's

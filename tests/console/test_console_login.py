@@ -190,3 +190,22 @@ def test_a_tampered_or_expired_state_cookie_is_not_taken(tmp_path: Any) -> None:
 def test_half_a_login_configuration_is_refused_at_start(tmp_path: Any) -> None:
     with pytest.raises(ConfigError, match="PARLEY_LOGIN_CLIENT_ID"):
         prepare_settings(Settings(data_dir=tmp_path, login_client_id="parley-console"))
+
+
+def test_non_ascii_state_or_cookie_is_refused_not_a_500(platform: dict[str, Any]) -> None:
+    """hmac.compare_digest raises TypeError on non-ASCII str; the comparisons are on bytes."""
+    start = httpx.get(f"{platform['url']}/api/auth/login/start")
+    cookie = start.cookies[service.STATE_COOKIE]
+    back = httpx.get(
+        f"{platform['url']}/api/auth/login/callback",
+        params={"code": "x", "state": "zustand-ä"},
+        cookies={service.STATE_COOKIE: cookie},
+    )
+    assert back.status_code == 302, back.text
+    assert "state%20does%20not%20match" in back.headers["location"]
+    taken = httpx.post(
+        f"{platform['url']}/api/auth/login/token",
+        headers={"Cookie": f"{service.TOKEN_COOKIE}=a.ä".encode()},
+    )
+    assert taken.status_code == 400, taken.text
+    assert "No finished sign-in" in taken.json()["detail"]

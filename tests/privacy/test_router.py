@@ -18,6 +18,7 @@ from parley.kit.db import Database
 from parley.notifications.models import NotificationDelivery
 from parley.privacy.tasks import RETENTION_JOB, expire_all
 from parley.sessions.models import ConversationSession
+from parley.webhooks.models import WebhookDelivery, WebhookEvent, WebhookSubscription
 from parley.worker import load_tasks
 from tests.calls.conftest import Recorder
 from tests.calls.helpers import flow_signal, wav_bytes
@@ -288,7 +289,11 @@ async def test_export_and_delete_everything_about_a_caller(
     (event,) = await _audit(db_session, org, "delete_caller")
     # the audit trail keeps a masked number, not the one that was deleted
     assert event.resource_type == "caller" and event.resource_id == "+49*********78"
-    assert event.details == {"calls": 2, "recordings": 1, "sources": {"sessions": 2, "whatsapp_messages": 2, "campaign_contacts": 0}}
+    assert event.details == {
+        "calls": 2,
+        "recordings": 1,
+        "sources": {"sessions": 2, "whatsapp_messages": 2, "campaign_contacts": 0},
+    }
     assert await db_session.scalar(select(func.count()).where(WhatsAppMessage.organization_id == org)) == 0
 
 
@@ -355,3 +360,92 @@ async def test_retention_on_demand_and_without_a_retention(
     assert (await client.get(f"/api/calls/{old.id}", headers=auth(ALICE, org))).status_code == 404
     (event,) = await _audit(db_session, org, "privacy.retention_delete_call")
     assert event.actor_type == "user" and event.resource_id == old.id
+
+
+async def test_webhook_events_go_with_the_call_the_caller_and_retention(
+    client: httpx.AsyncClient, record: Recorder, db_session: AsyncSession, database: Database
+) -> None:
+    """The delivery log keeps each event's body (caller, transcript, variables): a call's deletion, a
+    caller's deletion and retention remove those events (their deliveries and attempts cascade)."""
+    org = await _org(client)
+    other_org = await _org(client, BOB, "Andere")
+    now = datetime.now(UTC)
+    async with database.sessionmaker() as session:
+        for owner, sub_id in ((org, "whs_priv_1"), (other_org, "whs_priv_2")):
+            session.add(
+                WebhookSubscription(
+                    id=sub_id,
+                    organization_id=owner,
+                    url="https://example.invalid/hook",
+                    event_types=["call.ended"],
+                    active=True,  # no job runner in record(): the deliveries are stored, not sent
+                    secret="x",
+                    secret_hint="x",
+                )
+            )
+        await session.commit()
+    deleted_call = await record(org, session_id="ses_wh_1", started_at=now, caller="+4930111111")
+    caller_call = await record(org, session_id="ses_wh_2", started_at=now, caller=CALLER)
+    kept_call = await record(org, session_id="ses_wh_3", started_at=now, caller="+4930333333")
+    foreign_call = await record(other_org, session_id="ses_wh_4", started_at=now, caller=CALLER)
+
+    async def event_of(call_id: str) -> WebhookEvent | None:
+        db_session.expire_all()
+        rows = (await db_session.scalars(select(WebhookEvent))).all()
+        return next((e for e in rows if e.data.get("call_id") == call_id), None)
+
+    for call in (deleted_call, caller_call, kept_call, foreign_call):
+        assert await event_of(call.id) is not None
+    async with database.sessionmaker() as session:  # a campaign contact's event names the phone only
+        session.add(
+            WebhookEvent(
+                id="evt_priv_contact",
+                organization_id=org,
+                type="campaign.contact.completed",
+                data={"contact_id": "cc_1", "phone": CALLER, "call_id": None, "variables": {"name": "Eva"}},
+                created_at=now,
+            )
+        )
+        session.add(
+            WebhookEvent(
+                id="evt_priv_old",
+                organization_id=org,
+                type="call.ended",
+                data={"call_id": "call_gone_long_ago", "caller": "+4930444444"},
+                created_at=now - timedelta(days=40),
+            )
+        )
+        await session.commit()
+    delivery_id = await db_session.scalar(
+        select(WebhookDelivery.id).where(WebhookDelivery.event_id == (await event_of(deleted_call.id)).id)  # type: ignore[union-attr]
+    )
+    assert delivery_id is not None
+
+    assert (
+        await client.delete(f"/api/privacy/calls/{deleted_call.id}", headers=auth(ALICE, org))
+    ).status_code == 200
+    assert await event_of(deleted_call.id) is None
+    assert (
+        await client.get(f"/api/webhooks/deliveries/{delivery_id}", headers=auth(ALICE, org))
+    ).status_code == 404
+
+    exported = await client.get(f"/api/privacy/callers/{CALLER}/export", headers=auth(ALICE, org))
+    assert exported.status_code == 200, exported.text
+    assert {e["id"] for e in exported.json()["sources"]["webhook_events"]} == {
+        "evt_priv_contact",
+        (await event_of(caller_call.id)).id,  # type: ignore[union-attr]
+    }
+    gone = await client.delete(f"/api/privacy/callers/{CALLER}", headers=auth(ALICE, org))
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["sources"]["webhook_events"] == 2
+    assert await event_of(caller_call.id) is None
+    assert await db_session.get(WebhookEvent, "evt_priv_contact") is None
+    assert await event_of(kept_call.id) is not None
+    assert await event_of(foreign_call.id) is not None  # another organization's caller is not touched
+
+    await _patch(client, org, {"retention_days": 30})
+    ran = await client.post("/api/privacy/retention/run", headers=auth(ALICE, org))
+    assert ran.status_code == 200 and ran.json()["calls"] == 0
+    assert ran.json()["sources"]["webhook_events"] == 1
+    assert await db_session.get(WebhookEvent, "evt_priv_old") is None
+    assert await event_of(kept_call.id) is not None

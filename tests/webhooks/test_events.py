@@ -230,6 +230,8 @@ async def test_secrets_are_encrypted_and_masked(platform: Platform, db_session: 
     [
         ({"url": "ftp://127.0.0.1/x", "event_types": ["call.ended"]}, "url"),
         ({"url": "http://10.20.30.40/hook", "event_types": ["call.ended"]}, "url"),
+        # urlsplit raises ValueError on an unclosed IPv6 bracket: was a 500
+        ({"url": "http://[::1/hook", "event_types": ["call.ended"]}, "url"),
         ({"url": "http://127.0.0.1:9/x", "event_types": ["call.exploded"]}, "event_types"),
         ({"url": "http://127.0.0.1:9/x", "event_types": []}, "event_types"),
         ({"url": "http://127.0.0.1:9/x", "event_types": ["call.ended"], "secret": "short"}, "secret"),

@@ -70,7 +70,12 @@ async def add_do_not_call(
     return service.dnc_out(row)
 
 
-@router.post("/do-not-call/bulk", summary="Add Do Not Call Numbers", response_model=DoNotCallBulkOut)
+@router.post(
+    "/do-not-call/bulk",
+    summary="Add Do Not Call Numbers",
+    responses=documented(409),
+    response_model=DoNotCallBulkOut,
+)
 async def add_do_not_call_bulk(
     request: Request,
     session: DbSession,

@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo
 import orjson
 import structlog
 from sqlalchemy import Select, and_, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_object_session
 
 from parley.auth.identity import system_context
@@ -419,7 +420,10 @@ def _csv_rows(text: io.TextIOWrapper) -> tuple[list[str], int, Any]:
     if not first.strip():
         raise Unprocessable("The CSV is empty; its first line must be a header naming a phone column.")
     delimiter = max((";", ",", "\t"), key=first.count)
-    header = next(csv.reader([first], delimiter=delimiter))
+    try:
+        header = next(csv.reader([first], delimiter=delimiter))
+    except csv.Error as exc:  # e.g. a header field over the csv module's field limit
+        raise Unprocessable(f"The CSV header cannot be read: {exc}.") from exc
     names = [_header_name(h) for h in header]
     phone_column = next((i for i, n in enumerate(names) if n in PHONE_HEADERS), None)
     if phone_column is None:
@@ -495,6 +499,21 @@ def _iter_json(spool: Any, upload: _Upload) -> Any:
             yield number, phone, variables
 
 
+async def _insert(session: AsyncSession, model: type[Any], rows: list[dict[str, Any]], clash: str) -> None:
+    """Insert ``rows``; a unique number another request added since the check is a 409 (``clash``),
+    not a 500 (the unit of work rolls the whole request back)."""
+    try:
+        await session.execute(insert(model), rows)
+    except IntegrityError as exc:
+        raise Conflict(clash) from exc
+
+
+_UPLOAD_CLASH = (
+    "Another upload added some of these numbers to the campaign meanwhile; nothing of this upload was "
+    "added. Send it again to see which rows are duplicates."
+)
+
+
 async def upload_contacts(
     session: AsyncSession,
     organization_id: str,
@@ -561,11 +580,11 @@ async def upload_contacts(
                 }
             )
             if len(batch) >= UPLOAD_BATCH:
-                await session.execute(insert(CampaignContact), batch)
+                await _insert(session, CampaignContact, batch, _UPLOAD_CLASH)
                 accepted += len(batch)
                 batch = []
         if batch:
-            await session.execute(insert(CampaignContact), batch)
+            await _insert(session, CampaignContact, batch, _UPLOAD_CLASH)
             accepted += len(batch)
     return UploadOut(accepted=accepted, total_contacts=offset + accepted)
 
@@ -659,7 +678,10 @@ async def add_do_not_call(session: AsyncSession, organization_id: str, data: DoN
         raise Conflict(f"{data.phone} is already on the do-not-call list.")
     row = DoNotCall(id=new_id("dnc"), organization_id=organization_id, phone=data.phone, note=data.note)
     session.add(row)
-    await session.flush()
+    try:
+        await session.flush()
+    except IntegrityError as exc:  # added by another request since the check
+        raise Conflict(f"{data.phone} is already on the do-not-call list.") from exc
     return row
 
 
@@ -695,8 +717,9 @@ async def add_do_not_call_bulk(
     fresh = sorted(wanted - listed)
     now = utcnow()
     for start in range(0, len(fresh), UPLOAD_BATCH):
-        await session.execute(
-            insert(DoNotCall),
+        await _insert(
+            session,
+            DoNotCall,
             [
                 {
                     "id": new_id("dnc"),
@@ -707,6 +730,8 @@ async def add_do_not_call_bulk(
                 }
                 for p in fresh[start : start + UPLOAD_BATCH]
             ],
+            "Another request added some of these numbers to the do-not-call list meanwhile; nothing was "
+            "added. Send the list again (numbers already listed are counted, not refused).",
         )
     return DoNotCallBulkOut(added=len(fresh), already_listed=len(listed))
 

@@ -117,7 +117,7 @@ def unseal(settings: Settings, value: str | None, kind: str) -> dict[str, Any] |
         return None
     body, mac = value.split(".")
     wanted = _b64(hmac.new(_key(settings), body.encode(), hashlib.sha256).digest())
-    if not hmac.compare_digest(mac, wanted):
+    if not hmac.compare_digest(mac.encode(), wanted.encode()):  # bytes: a non-ASCII cookie is no 500
         return None
     try:
         payload = json.loads(_unb64(body))
@@ -188,7 +188,7 @@ async def finish(
             "This sign-in was not started in this browser, or it took longer than "
             f"{STATE_TTL // 60} minutes; start it again from the console."
         )
-    if not state or not hmac.compare_digest(str(pending["state"]), state):
+    if not state or not hmac.compare_digest(str(pending["state"]).encode(), state.encode()):
         raise BadRequest("The sign-in's state does not match the one this browser started; start it again.")
     if error:
         detail = f" ({error_description[:200]})" if error_description else ""

@@ -73,7 +73,10 @@ async def check_host(policy: OutboundPolicy, host: str, port: int) -> list[IPAdd
 
 
 async def check_url(policy: OutboundPolicy, url: str) -> None:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)  # "http://[::1" raises ValueError (Invalid IPv6 URL) here
+    except ValueError as exc:
+        raise DestinationRefused(f"The URL is not valid: {exc}.") from exc
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:

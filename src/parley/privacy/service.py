@@ -48,6 +48,7 @@ from parley.privacy.schemas import (
     PrivacySettingsUpdate,
     RetentionRunOut,
 )
+from parley.webhooks.models import WebhookEvent
 
 log = structlog.get_logger("parley.privacy")
 
@@ -332,6 +333,36 @@ def _remove_files_after_commit(session: AsyncSession, blobs: BlobStore, keys: li
     after_commit(session, remove)
 
 
+# The call events kept for the webhook delivery log carry the call's caller, callee, transcript and
+# variables (campaign events the contact's phone and variables): they go with the call or the caller.
+EVENTS = "webhook_events"
+
+
+def _event_about_calls(ids: Sequence[str]) -> Any:
+    return WebhookEvent.data["call_id"].as_string().in_(list(ids))
+
+
+def _event_about_caller(phone: str) -> Any:
+    forms = caller_forms(phone)
+    return or_(*(WebhookEvent.data[key].as_string().in_(forms) for key in ("caller", "callee", "phone")))
+
+
+async def _delete_events(session: AsyncSession, organization_id: str, condition: Any) -> int:
+    """Delete the organization's webhook events matching ``condition`` (deliveries and attempts cascade)."""
+    ids = list(
+        await session.scalars(
+            select(WebhookEvent.id).where(WebhookEvent.organization_id == organization_id, condition)
+        )
+    )
+    if ids:
+        await session.execute(
+            delete(WebhookEvent).where(
+                WebhookEvent.organization_id == organization_id, WebhookEvent.id.in_(ids)
+            )
+        )
+    return len(ids)
+
+
 async def _delete_calls(session: AsyncSession, organization_id: str, rows: Sequence[Call]) -> _Deleted:
     deleted = _Deleted()
     if not rows:
@@ -357,6 +388,8 @@ async def _delete_calls(session: AsyncSession, organization_id: str, rows: Seque
             BrainSignal.organization_id == organization_id, BrainSignal.call_id.in_(ids)
         )
     )
+    if events := await _delete_events(session, organization_id, _event_about_calls(ids)):
+        deleted.sources[EVENTS] = events
     session_ids = [c.session_id for c in rows if c.session_id]
     for holder in holders():
         count = await holder.delete_for_calls(session, organization_id, session_ids)
@@ -406,6 +439,15 @@ async def export_caller(session: AsyncSession, organization_id: str, phone: str)
     rows = (await session.scalars(_caller_calls(organization_id, phone))).all()
     exported = [(await calls.to_full(session, c)).model_dump(mode="json") for c in rows]
     sources = {h.name: await h.export_caller(session, organization_id, phone) for h in holders()}
+    events = await session.scalars(
+        scoped(WebhookEvent, organization_id)
+        .where(or_(_event_about_caller(phone), _event_about_calls([c.id for c in rows])))
+        .order_by(WebhookEvent.id)
+        .limit(CALLER_LIMIT)
+    )
+    sources[EVENTS] = [
+        {"id": e.id, "type": e.type, "created_at": e.created_at.isoformat(), "data": e.data} for e in events
+    ]
     return CallerExportOut(exported_at=utcnow(), phone_number=phone, calls=exported, sources=sources)
 
 
@@ -427,6 +469,8 @@ async def delete_caller(
         total.sources[holder.name] = total.sources.get(holder.name, 0) + await holder.delete_caller(
             session, organization_id, phone
         )
+    if events := await _delete_events(session, organization_id, _event_about_caller(phone)):
+        total.sources[EVENTS] = total.sources.get(EVENTS, 0) + events
     await session.flush()
     _remove_files_after_commit(session, blobs, total.blob_keys)
     return CallerDeletedOut(
@@ -492,18 +536,19 @@ async def expire_batch(
                 "recording_deleted": had_recording,
             },
         )
-    for holder in holders():
-        count = await holder.expire(session, organization_id, cutoff)
+    expired = [(h.name, await h.expire(session, organization_id, cutoff)) for h in holders()]
+    expired.append((EVENTS, await _delete_events(session, organization_id, WebhookEvent.created_at < cutoff)))
+    for name, count in expired:
         if count:
-            deleted.sources[holder.name] = deleted.sources.get(holder.name, 0) + count
+            deleted.sources[name] = deleted.sources.get(name, 0) + count
             record(
                 session,
                 facts,
                 organization_id=organization_id,
                 actor_type=actor_type,
                 actor_id=actor_id,
-                action=f"privacy.retention_delete_{holder.name}",
-                resource_type=holder.name,
+                action=f"privacy.retention_delete_{name}",
+                resource_type=name,
                 resource_id=None,
                 details={"retention_days": retention_days, "count": count, "before": cutoff.isoformat()},
             )
