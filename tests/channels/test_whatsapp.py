@@ -431,3 +431,23 @@ async def test_long_texts_are_cut_to_a_turn_and_long_replies_split(org: Org, gra
     assert sent[0] == "Hallo, hier ist Autohaus Demo. Was kann ich tun?"
     assert [len(part) for part in sent[1:]] == [4096, 3905 + len(" Was kann ich tun?")]
     assert "".join(sent[1:]) == "x" * 4000 + "|" + "x" * 4000 + " Was kann ich tun?"
+
+
+async def test_with_redaction_on_whatsapp_texts_are_kept_only_until_answered_and_sent(
+    org: Org, graph_state: StubState
+) -> None:
+    """The caller is answered with what they wrote; what stays in the message log is redacted."""
+    account, _flow = await routed(org)
+    enabled = await org.patch("/api/privacy/settings", {"redaction_enabled": True})
+    assert enabled.status_code == 200, enabled.text
+    await org.message(PNID, "wamid.R1", KUNDE, "Schreiben Sie an max.muster@example.de")
+    await org.drain()
+    assert (
+        graph_state.sent(KUNDE)[-1] == "Sie sagten: Schreiben Sie an max.muster@example.de Was kann ich tun?"
+    )
+
+    log = await messages(org, account["id"])
+    assert [m["status"] for m in log if m["direction"] == "out"] == ["sent", "sent"]
+    texts = " ".join(m["text"] or "" for m in log)
+    assert "max.muster@example.de" not in texts
+    assert "Schreiben Sie an [email]" in texts

@@ -43,6 +43,7 @@ from parley.kit.outbound import (
     outbound_policy,
     read_limited,
 )
+from parley.privacy import service as privacy
 from parley.sessions import service as sessions
 from parley.sessions.models import ConversationSession
 from parley.sessions.schemas import MAX_MESSAGE_CHARS, SessionCreate
@@ -330,6 +331,11 @@ async def _finish_message(
     )
     message.status, message.session_id, message.error = status, session_id, error
     message.processed_at = utcnow()
+    # With redaction on, the caller's words are kept only until the conversation has read them (the
+    # message is the queue the answering job works from); the replies, once they are sent.
+    redactor = await privacy.redactor_for(session, account.organization_id)
+    if redactor is not None and message.text:
+        message.text = redactor.text(message.text)
     await session.flush()
 
 
@@ -473,4 +479,7 @@ async def deliver(context: JobContext, reply_to_id: str) -> int:
                     sent += 1
                 else:
                     row.status, row.error = "failed", (outcome.error or "failed")[:500]
+                redactor = await privacy.redactor_for(session, row.organization_id)
+                if redactor is not None and row.text:  # sent or given up: the text is no longer needed
+                    row.text = redactor.text(row.text)
     return sent
