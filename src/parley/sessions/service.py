@@ -441,8 +441,12 @@ async def set_voiced(
     return row
 
 
-async def mark_voice_connected(session: AsyncSession, organization_id: str, session_id: str) -> None:
-    """A voice transport serves the session from now on (its voice facts follow the call record).
+async def mark_voice_connected(
+    session: AsyncSession, organization_id: str, session_id: str, connected: bool = True
+) -> None:
+    """A voice transport serves the session from now on (its voice facts follow the call record), or
+    (``connected=False``) no longer: its stream stopped for a transfer, and whoever ends the session
+    later sends ``call.ended`` at once.
 
     A plain UPDATE that leaves the row's ``version`` alone: a turn in flight is not made to retry."""
     await session.execute(
@@ -450,9 +454,9 @@ async def mark_voice_connected(session: AsyncSession, organization_id: str, sess
         .where(
             ConversationSession.organization_id == organization_id,
             ConversationSession.id == session_id,
-            ConversationSession.voice_connected.is_(False),
+            ConversationSession.voice_connected.is_(not connected),
         )
-        .values(voice_connected=True)
+        .values(voice_connected=connected)
         .execution_options(synchronize_session=False)
     )
 

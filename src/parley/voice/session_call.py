@@ -520,6 +520,7 @@ class VoiceCall(ABC):
                 await self._end_session()
                 if not await self._recorded():  # a transfer's result ends it; the sweeper otherwise
                     log.warning("voice_call_record_missing", session_id=self.session_id)
+                    await self.mark_connected(False)  # that end sends call.ended without waiting
                     return
             filename = await self._upload(path) if path is not None else None
             for attempt in (1, 2):  # one retry: a lost write costs the caller's figures and the event's
@@ -551,11 +552,14 @@ class VoiceCall(ABC):
                 with contextlib.suppress(OSError):
                     path.unlink()
 
-    async def mark_connected(self) -> None:
-        """Note on the session that this transport will attach its voice facts (call.ended waits)."""
+    async def mark_connected(self, connected: bool = True) -> None:
+        """Note on the session that this transport will attach its voice facts (call.ended waits), or
+        that it will not (its stream stopped while the session goes on, e.g. for a transfer)."""
         try:
             async with unit_of_work(self.app.state.db) as session:
-                await service.mark_voice_connected(session, self.context.organization_id, self.session_id)
+                await service.mark_voice_connected(
+                    session, self.context.organization_id, self.session_id, connected
+                )
         except Exception as exc:  # call.ended then goes out when the session ends, without them
             log.warning(
                 "voice_connected_not_noted", session_id=self.session_id, error_type=type(exc).__name__
