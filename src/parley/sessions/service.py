@@ -383,6 +383,10 @@ async def transfer_ended(
     line = _line(session, settings, context.organization_id, row.id, row.channel)
     engine, llm = await _engine(session, session, settings, context, definition, line)
     result = await engine.transfer_ended(state, status, caller_gone=caller_gone)
+    if state.status == "ended":
+        # The media stream stopped when the provider dialled and no transport will attach voice facts:
+        # call.ended goes out with the record, now.
+        row.voice_connected = False
     await _save(session, row, state, llm)
     return row, result
 
