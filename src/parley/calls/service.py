@@ -88,7 +88,10 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
     already taken is left out (logged), never a reason to lose the call. With ``jobs`` (the app's
     runner) and an ``openai`` provider configured, the LLM sentiment classifier is queued once the
     transaction has committed (see :mod:`parley.brain.sentiment`). The ``call.ended`` event goes to the
-    organization's webhook subscribers, and when the flow declares an ``analysis`` block the post-call
+    organization's webhook subscribers: now, or for a session a voice transport serves
+    (``record.voice_connected``) when ``attach_voice`` adds what the transport measured (the
+    ``calls.publish_ended`` job sends it without that after :data:`ENDED_EVENT_GRACE_SECONDS`); never
+    for the console's ``test`` channel. When the flow declares an ``analysis`` block the post-call
     analysis (:mod:`parley.calls.analysis`) is queued after the commit as well.
     """
     started, ended = _aware(record.started_at), _aware(record.ended_at)
