@@ -74,3 +74,42 @@ async def test_a_callers_export_and_deletion_include_campaign_contacts(
     # The do-not-call entry stays: it exists because the person asked not to be called.
     dnc = (await org.get("/api/campaigns/do-not-call")).json()["items"]
     assert [d["phone"] for d in dnc] == ["+491705555555"]
+
+
+async def test_a_campaign_call_is_outbound_on_its_record_and_its_call_events(
+    harness: Harness,
+    org: Org,
+    twilio: Stub,
+    receiver: Receiver,  # noqa: F811
+) -> None:
+    path = f"/hook/flaky/campaign-calls-{uuid4().hex[:8]}"
+    await org.make(
+        "/api/webhooks/subscriptions",
+        {"url": receiver.url + path, "event_types": ["call.started", "call.ended"], "secret": SECRET},
+    )
+    campaign = await make_campaign(org, concurrency=1, max_attempts=1)
+    cid = campaign["id"]
+    assert (await upload_csv(org, cid, "phone,first_name\n+491707777777,Ole\n")).status_code == 200
+    assert (await org.post(f"/api/campaigns/{cid}/start")).status_code == 200
+    await harness.drain()
+    call = twilio.state.calls[0]
+    assert (await harness.deliver(twilio.state.finish(call["sid"], "completed"))).status_code == 204
+    await harness.drain()
+
+    session_id = (await contacts(org, cid))["+491707777777"]["call_id"]  # the call's session
+    # the conversation ends (here through the API; on a real call when the media stream stops)
+    assert (await org.post(f"/api/sessions/{session_id}/end")).status_code == 200
+    await harness.drain()
+    events = [json.loads(r.body) for r in receiver.at(path)]
+    assert sorted(e["type"] for e in events) == ["call.ended", "call.started"]
+    assert {e["data"]["direction"] for e in events} == {"outbound"}
+    assert {e["data"]["callee"] for e in events} == {"+491707777777"}
+    call_id = next(e["data"]["call_id"] for e in events if e["type"] == "call.ended")
+    record = (await org.get(f"/api/calls/{call_id}")).json()
+    assert record["direction"] == "outbound" and record["session_id"] == session_id
+    outbound = (await org.get("/api/calls?direction=outbound")).json()["items"]
+    inbound = (await org.get("/api/calls?direction=inbound")).json()["items"]
+    assert call_id in {c["id"] for c in outbound}
+    assert call_id not in {c["id"] for c in inbound}
+    bad = await org.get("/api/calls?direction=sideways")
+    assert bad.status_code == 422 and "direction" in bad.text

@@ -358,3 +358,48 @@ async def test_an_old_webhook_replayed_gets_no_stream_and_no_new_session(
     assert "<Stream" not in replay.text and "token" not in replay.text
     assert replay.text.endswith("<Hangup/></Response>")
     assert await _sessions(database, connected.id) == 1
+
+
+async def test_an_outbound_call_is_outbound_on_its_session_record_and_call_events(
+    connected: Org, twilio: Stub
+) -> None:
+    twilio.state.add_number("+4930777000")
+    await connected.make("/api/telephony/numbers", {"number": "+4930777000", "provider": "twilio"})
+    # a subscription stores each event with its payload (the delivery log shows what is sent)
+    await connected.make(
+        "/api/webhooks/subscriptions",
+        {
+            "url": "http://127.0.0.1:9/hook",
+            "event_types": ["call.started", "call.ended"],
+            "secret": "whsec_direction_test_0123",
+        },
+    )
+    placed = await connected.post(
+        "/api/calls/outbound",
+        {"flow_id": connected.flow_id, "to": "+491701234567", "from_number": "+4930777000"},
+    )
+    assert placed.status_code == 200, placed.text
+    session_id = placed.json()["session_id"]
+    assert (await connected.post(f"/api/sessions/{session_id}/end")).status_code == 200
+    # an inbound conversation next to it
+    inbound = await connected.post("/api/sessions", {"flow_id": connected.flow_id, "channel": "web"})
+    assert (await connected.post(f"/api/sessions/{inbound.json()['id']}/end")).status_code == 200
+
+    listed = (await connected.get("/api/webhooks/deliveries")).json()["items"]
+    payloads = [
+        (await connected.get(f"/api/webhooks/deliveries/{d['id']}")).json()["payload"] for d in listed
+    ]
+    directions = {(p["type"], p["data"]["session_id"]): p["data"]["direction"] for p in payloads}
+    assert directions == {
+        ("call.started", session_id): "outbound",
+        ("call.ended", session_id): "outbound",
+        ("call.started", inbound.json()["id"]): "inbound",
+        ("call.ended", inbound.json()["id"]): "inbound",
+    }
+    outbound = (await connected.get("/api/calls?direction=outbound")).json()["items"]
+    assert [c["direction"] for c in outbound] == ["outbound"]
+    full = (await connected.get(f"/api/calls/{outbound[0]['id']}")).json()
+    assert full["session_id"] == session_id and full["callee"] == "+491701234567"
+    assert [
+        c["direction"] for c in (await connected.get("/api/calls?direction=inbound")).json()["items"]
+    ] == ["inbound"]

@@ -84,6 +84,8 @@ class CallFacts:
     flow_id: str | None
     ended_at: datetime
     transcript: list[dict[str, Any]]
+    # False for the console's test conversations: their signals send no ``signal.raised`` event
+    sends_events: bool = True
 
 
 class SignalledCalls(Protocol):

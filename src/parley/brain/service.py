@@ -141,9 +141,10 @@ async def raise_signals(
     call_id: str,
     flow_id: str | None,
     jobs: JobQueue | None = None,
+    publish: bool = True,
 ) -> list[BrainSignal]:
     """Store the signals of a stored call and hand them to notifications and to webhook subscribers
-    (``signal.raised``); only flushes."""
+    (``signal.raised``; not with ``publish=False``, a console test conversation's); only flushes."""
     signals = [
         BrainSignal(
             id=new_id("sig"),
@@ -162,7 +163,7 @@ async def raise_signals(
     session.add_all(signals)
     await session.flush()
     await notify_signals(session, signals, jobs=jobs)  # matching notification rules queue deliveries
-    for signal in signals:  # and webhook subscribers get a signal.raised event each
+    for signal in signals if publish else []:  # and webhook subscribers get a signal.raised event each
         await publish_event(session, organization_id, "signal.raised", signal_event_data(signal), jobs=jobs)
     return signals
 

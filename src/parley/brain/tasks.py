@@ -122,7 +122,12 @@ async def _raise_signal(session: AsyncSession, calls: SignalledCalls, call_id: s
         await calls.note_signal(session, call.id, SIGNAL_TYPE)
         raised = Raised(SIGNAL_TYPE, SIGNAL_SEVERITY, "rule", details, call.ended_at)
         await raise_signals(
-            session, [raised], organization_id=call.organization_id, call_id=call.id, flow_id=call.flow_id
+            session,
+            [raised],
+            organization_id=call.organization_id,
+            call_id=call.id,
+            flow_id=call.flow_id,
+            publish=call.sends_events,
         )
     await session.flush()
 

@@ -108,6 +108,9 @@ class CallRecordIn(BaseModel):
     flow_version: int | None
     channel: Channel
     direction: Direction = "inbound"
+    # a voice transport spoke the session: its recording, voice metrics and speech usage are attached
+    # after the record is written (``attach_voice``), and ``call.ended`` waits for them
+    voice_connected: bool = False
     caller: str | None = None
     callee: str | None = None
     language: str | None = None

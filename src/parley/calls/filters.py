@@ -12,7 +12,7 @@ from sqlalchemy import Select, select
 
 from parley.brain.models import BrainSignal
 from parley.calls.analysis import canonical
-from parley.calls.contracts import Channel, Outcome
+from parley.calls.contracts import Channel, Direction, Outcome
 from parley.calls.models import Call
 from parley.kit.errors import BadRequest
 from parley.kit.filters import Since, Until, as_utc, text_filter
@@ -28,6 +28,7 @@ class CallFilters:
     caller: str | None
     has_signal: bool | None
     signal_type: str | None
+    direction: str | None = None
     # (field, canonical text) pairs from ``analysis.<field>=<value>`` query parameters, all must match
     analysis: tuple[tuple[str, str], ...] = ()
 
@@ -42,6 +43,8 @@ class CallFilters:
             stmt = stmt.where(Call.channel == self.channel)
         if self.outcome is not None:
             stmt = stmt.where(Call.outcome == self.outcome)
+        if self.direction is not None:
+            stmt = stmt.where(Call.direction == self.direction)
         if self.caller is not None:
             stmt = stmt.where(Call.caller == self.caller)
         if self.has_signal is not None:
@@ -92,6 +95,10 @@ async def _call_filters(
     flow_id: Annotated[str | None, Query(max_length=40, description="Only calls of this flow.")] = None,
     channel: Annotated[Channel | None, Query(description="Only calls on this channel.")] = None,
     outcome: Annotated[Outcome | None, Query(description="Only calls that ended this way.")] = None,
+    direction: Annotated[
+        Direction | None,
+        Query(description="inbound: calls that reached the agent; outbound: calls the platform placed."),
+    ] = None,
     caller: Annotated[str | None, Query(max_length=200, description="Only calls from this caller.")] = None,
     has_signal: Annotated[
         bool | None,
@@ -107,6 +114,7 @@ async def _call_filters(
         flow_id=text_filter(flow_id, "flow_id"),
         channel=channel,
         outcome=outcome,
+        direction=direction,
         caller=text_filter(caller, "caller"),
         has_signal=has_signal,
         signal_type=text_filter(signal_type, "signal_type"),

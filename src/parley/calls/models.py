@@ -4,6 +4,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, Float, Index, Integer, String, Text
+from sqlalchemy import false as sa_false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from parley.kit.db import Base, OrgScopedMixin, TimestampMixin, UTCDateTime
@@ -47,6 +48,12 @@ class Call(OrgScopedMixin, TimestampMixin, Base):
     # None: not measured (no speech on the channel); a voice call's figures come from its pipeline
     tts_characters: Mapped[int | None] = mapped_column(Integer)
     stt_seconds: Mapped[float | None] = mapped_column(Float)
+    # A voice call's ``call.ended`` waits for what the transport attaches after the record is written
+    # (recording, voice metrics, speech usage): true until it has been published (attach_voice, or
+    # the calls.publish_ended job when the transport never reports).
+    ended_event_pending: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, default=False, server_default=sa_false()
+    )
     has_signals: Mapped[bool] = mapped_column(Boolean, nullable=False)
     signal_types: Mapped[list[str]] = mapped_column(JSON, nullable=False)
     recording_filename: Mapped[str | None] = mapped_column(String(200), unique=True)

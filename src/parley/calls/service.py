@@ -31,7 +31,7 @@ from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
 from parley.config import Settings
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
-from parley.kit.db import utcnow
+from parley.kit.db import after_commit, utcnow
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.ranges import Download, ranged_download
@@ -88,7 +88,10 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
     already taken is left out (logged), never a reason to lose the call. With ``jobs`` (the app's
     runner) and an ``openai`` provider configured, the LLM sentiment classifier is queued once the
     transaction has committed (see :mod:`parley.brain.sentiment`). The ``call.ended`` event goes to the
-    organization's webhook subscribers, and when the flow declares an ``analysis`` block the post-call
+    organization's webhook subscribers: now, or for a session a voice transport serves
+    (``record.voice_connected``) when ``attach_voice`` adds what the transport measured (the
+    ``calls.publish_ended`` job sends it without that after :data:`ENDED_EVENT_GRACE_SECONDS`); never
+    for the console's ``test`` channel. When the flow declares an ``analysis`` block the post-call
     analysis (:mod:`parley.calls.analysis`) is queued after the commit as well.
     """
     started, ended = _aware(record.started_at), _aware(record.ended_at)
@@ -134,17 +137,31 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
     spec = await analysis.spec_of(session, organization_id, call.flow_id, call.flow_version)
     if spec is not None:
         call.analysis_status = "pending"
+    events = sends_events(call.channel)
+    # A voice call's call.ended waits for its recording, voice metrics and speech usage (attach_voice);
+    # the calls.publish_ended job sends it without them if the transport never reports.
+    call.ended_event_pending = events and record.voice_connected
     session.add(call)
     await session.flush()  # the signals reference the call
     await brain.raise_signals(
-        session, raised, organization_id=organization_id, call_id=call.id, flow_id=call.flow_id, jobs=jobs
+        session,
+        raised,
+        organization_id=organization_id,
+        call_id=call.id,
+        flow_id=call.flow_id,
+        jobs=jobs,
+        publish=events,
     )
-    await publish_event(session, organization_id, "call.ended", call_ended_data(call), jobs=jobs)
+    runner: JobQueue | None = jobs or session.info.get("jobs")
+    if call.ended_event_pending:
+        if runner is not None:  # without a queue, the job's recovery picks it up at the next start
+            _publish_ended_later(session, runner, call.id)
+    elif events:
+        await publish_event(session, organization_id, "call.ended", call_ended_data(call), jobs=jobs)
     if jobs is not None:
         await brain.queue_sentiment(
             session, jobs, organization_id=organization_id, call_id=call.id, transcript=call.transcript
         )
-    runner: JobQueue | None = jobs or session.info.get("jobs")
     if spec is not None and runner is not None:  # without a queue, the job recovery picks it up
         enqueue_after_commit(session, runner, analysis.ANALYZE_JOB, {"call_id": call.id})
     log.info("call_recorded", call_id=call.id, signals=len(raised))
@@ -152,6 +169,35 @@ async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQ
 
 
 # --- call events (docs/webhooks.md) --------------------------------------------------------------
+
+PUBLISH_ENDED_JOB = "calls.publish_ended"
+# How long a voice call's call.ended waits for the transport's voice facts before it goes without
+# them (the transport attaches them within seconds of the call's end; this covers a crashed process).
+ENDED_EVENT_GRACE_SECONDS = 120.0
+
+
+def sends_events(channel: str) -> bool:
+    """Whether a conversation on ``channel`` sends call events: the console's test conversations
+    (channel ``test``) never reach the customer's systems (docs/webhooks.md)."""
+    return channel != "test"
+
+
+def _publish_ended_later(session: AsyncSession, jobs: JobQueue, call_id: str) -> None:
+    async def enqueue() -> None:
+        jobs.enqueue_later(PUBLISH_ENDED_JOB, {"call_id": call_id}, ENDED_EVENT_GRACE_SECONDS)
+
+    after_commit(session, enqueue)
+
+
+async def publish_ended(session: AsyncSession, call: Call, *, jobs: JobQueue | None = None) -> bool:
+    """Send the call's pending ``call.ended`` now, with what the record holds; answers whether it was
+    sent. The call row is expected to be locked (or written) by ``session``: sent once, never twice."""
+    if not call.ended_event_pending:
+        return False
+    call.ended_event_pending = False
+    await publish_event(session, call.organization_id, "call.ended", call_ended_data(call), jobs=jobs)
+    await session.flush()
+    return True
 
 
 def _call_facts(call: Call) -> dict[str, Any]:
@@ -228,6 +274,8 @@ async def publish_call_started(
     """Send ``call.started`` to the organization's subscribers once the new session is committed (the
     runtime calls this where it writes the session; there is no call record yet, so ``call_id`` is
     null and ``session_id`` links it to the later ``call.ended``). Only flushes."""
+    if not sends_events(channel):
+        return
     data = {
         "call_id": None,
         "session_id": session_id,
@@ -263,7 +311,14 @@ class CallsForTheBrain:
         call = await session.scalar(select(Call).where(Call.id == call_id))
         if call is None:
             return None
-        return CallFacts(call.id, call.organization_id, call.flow_id, call.ended_at, call.transcript)
+        return CallFacts(
+            call.id,
+            call.organization_id,
+            call.flow_id,
+            call.ended_at,
+            call.transcript,
+            sends_events=sends_events(call.channel),
+        )
 
     async def note_signal(self, session: AsyncSession, call_id: str, signal_type: str) -> None:
         call = await session.scalar(select(Call).where(Call.id == call_id))
@@ -297,9 +352,13 @@ async def attach_voice(
     merged into the entry of the same ``turn_index`` (an entry is added when the engine made none).
     ``tts_characters`` and ``stt_seconds`` are the whole call's speech usage as the pipeline measured
     it (they replace the record's; a text session's record keeps null).
+    A voice call's pending ``call.ended`` is published here, in the same unit of work, with all of it
+    (the call row is locked first, so the event goes once even if ``calls.publish_ended`` runs now).
     Answers the call, or None when the session has no call record (yet). Only flushes.
     """
-    call = await call_of_session(session, organization_id, session_id)
+    call = await session.scalar(
+        scoped(Call, organization_id).where(Call.session_id == session_id).with_for_update()
+    )
     if call is None:
         return None
     if tts_characters is not None:
@@ -337,6 +396,7 @@ async def attach_voice(
         else:
             log.warning("call_recording_name_refused", session_id=session_id)
     await session.flush()
+    await publish_ended(session, call)
     return call
 
 

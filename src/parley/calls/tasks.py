@@ -12,10 +12,19 @@ from parley.brain.sentiment import PROVIDER, SENTIMENT_JOB, provider_config
 from parley.brain.tasks import sentiment_job
 from parley.calls import analysis
 from parley.calls.models import Call
-from parley.calls.service import CallsForTheBrain, call_analyzed_data, store_analysis
+from parley.calls.service import (
+    ENDED_EVENT_GRACE_SECONDS,
+    PUBLISH_ENDED_JOB,
+    CallsForTheBrain,
+    call_analyzed_data,
+    publish_ended,
+    sends_events,
+    store_analysis,
+)
+from parley.kit.db import utcnow
 from parley.kit.errors import ParleyError
 from parley.kit.ids import new_id
-from parley.kit.jobs import JobContext, Payload, registry
+from parley.kit.jobs import JobContext, Payload, registry, runner_for
 from parley.llm.client import Completion
 from parley.llm.models import LLMUsage
 from parley.llm.service import ResolvedProvider, client_for
@@ -91,7 +100,8 @@ async def analyze(ctx: JobContext, payload: Payload) -> None:
                     summary = analysis.digest(stored, fallback) if spec.summary else None
                     store_analysis(stored, summary=summary, extracted=fallback, method="variables")
             await session.flush()
-            await publish_event(session, organization_id, "call.analyzed", call_analyzed_data(stored))
+            if sends_events(stored.channel):  # never for the console's test conversations
+                await publish_event(session, organization_id, "call.analyzed", call_analyzed_data(stored))
     except SQLAlchemyError as exc:  # e.g. the organization was deleted meanwhile
         log.warning("analysis_store_failed", call_id=call_id, error_type=type(exc).__name__)
         return
@@ -107,3 +117,33 @@ async def pending_analyses(session: AsyncSession) -> list[Payload]:
 
 
 registry.register(analysis.ANALYZE_JOB, analyze, recover=pending_analyses)
+
+
+async def publish_ended_job(ctx: JobContext, payload: Payload) -> None:
+    """A voice call's ``call.ended`` whose transport did not attach the voice facts within the grace
+    (the process serving the call stopped, or storing them failed): send it with what the record holds.
+    Early (a restart's recovery), it waits out the rest of the grace; done already, it does nothing."""
+    call_id = str(payload.get("call_id") or "")
+    async with ctx.unit() as session:
+        call = await session.scalar(select(Call).where(Call.id == call_id).with_for_update())
+        if call is None or not call.ended_event_pending:
+            return
+        waited = (utcnow() - call.ended_at).total_seconds()
+        if waited < ENDED_EVENT_GRACE_SECONDS:
+            runner_for(ctx.state).enqueue_later(
+                PUBLISH_ENDED_JOB, {"call_id": call_id}, ENDED_EVENT_GRACE_SECONDS - waited
+            )
+            return
+        await publish_ended(session, call)
+    log.warning("call_ended_without_voice_facts", call_id=call_id)
+
+
+async def pending_ended_events(session: AsyncSession) -> list[Payload]:
+    """Voice calls whose ``call.ended`` is still waiting (a restart lost the delayed job)."""
+    ids = await session.scalars(
+        select(Call.id).where(Call.ended_event_pending.is_(True)).order_by(Call.id).limit(RECOVERY_LIMIT)
+    )
+    return [{"call_id": call_id} for call_id in ids]
+
+
+registry.register(PUBLISH_ENDED_JOB, publish_ended_job, recover=pending_ended_events)

@@ -4,6 +4,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, Integer, String
+from sqlalchemy import false as sa_false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from parley.kit.db import Base, OrgScopedMixin, TimestampMixin, UTCDateTime, utcnow
@@ -22,7 +23,17 @@ class ConversationSession(OrgScopedMixin, TimestampMixin, Base):
     flow_id: Mapped[str | None] = mapped_column(String(40), index=True)
     flow_version: Mapped[int | None] = mapped_column(Integer)
     channel: Mapped[str] = mapped_column(String(20), nullable=False)
+    # inbound: someone reached the agent; outbound: the platform dialled (POST /api/calls/outbound,
+    # campaigns). The call record and the call events carry it.
+    direction: Mapped[str] = mapped_column(
+        String(10), nullable=False, default="inbound", server_default="inbound"
+    )
     voiced: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    # A voice transport has connected to the session: it attaches the recording, voice metrics and
+    # speech usage to the call record after the session ends, and call.ended waits for them.
+    voice_connected: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, default=False, server_default=sa_false()
+    )
     status: Mapped[str] = mapped_column(String(20), nullable=False, index=True)
     outcome: Mapped[str | None] = mapped_column(String(20))
     end_reason: Mapped[str | None] = mapped_column(String(60))

@@ -16,12 +16,12 @@ from typing import Any
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import Select, select
+from sqlalchemy import Select, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
 from parley.auth.principal import OrgContext
-from parley.calls.contracts import CallRecordIn
+from parley.calls.contracts import CallRecordIn, Direction
 from parley.calls.service import publish_call_started, record_call
 from parley.config import Settings
 from parley.flows.definition import FlowDefinition
@@ -210,6 +210,8 @@ def call_record(row: ConversationSession, state: ConversationState) -> CallRecor
         flow_id=row.flow_id,
         flow_version=row.flow_version,
         channel=row.channel,
+        direction="outbound" if row.direction == "outbound" else "inbound",
+        voice_connected=row.voice_connected,
         caller=row.caller,
         callee=row.callee,
         language=row.language,
@@ -230,12 +232,20 @@ def call_record(row: ConversationSession, state: ConversationState) -> CallRecor
 
 
 async def create_session(
-    session: AsyncSession, settings: Settings, context: OrgContext, data: SessionCreate
+    session: AsyncSession,
+    settings: Settings,
+    context: OrgContext,
+    data: SessionCreate,
+    *,
+    direction: Direction = "inbound",
 ) -> tuple[ConversationSession, TurnResult]:
     """Start a session. The flow is read in a short read of its own and the opening turn runs with no
-    transaction open; only the new row is written to ``session``."""
+    transaction open; only the new row is written to ``session``. ``direction`` is ``outbound`` when
+    the platform dials (``telephony.service.place_outbound_call``, campaigns): the call record and the
+    call events carry it."""
     async with short_read(session) as reader:
         row, state, engine, llm = await _prepare(reader, session, settings, context, data)
+    row.direction = direction
     result = await engine.start(state)
     session.add(row)
     await publish_call_started(
@@ -245,7 +255,7 @@ async def create_session(
         flow_id=row.flow_id,
         flow_version=row.flow_version,
         channel=row.channel,
-        direction="inbound",  # as on the call record: sessions do not carry a direction yet
+        direction=direction,
         caller=row.caller,
         callee=row.callee,
         started_at=row.started_at,
@@ -373,6 +383,10 @@ async def transfer_ended(
     line = _line(session, settings, context.organization_id, row.id, row.channel)
     engine, llm = await _engine(session, session, settings, context, definition, line)
     result = await engine.transfer_ended(state, status, caller_gone=caller_gone)
+    if state.status == "ended":
+        # The media stream stopped when the provider dialled and no transport will attach voice facts:
+        # call.ended goes out with the record, now.
+        row.voice_connected = False
     await _save(session, row, state, llm)
     return row, result
 
@@ -429,6 +443,26 @@ async def set_voiced(
     except StaleDataError as exc:
         raise Conflict("The session was changed by another request at the same time; send it again.") from exc
     return row
+
+
+async def mark_voice_connected(
+    session: AsyncSession, organization_id: str, session_id: str, connected: bool = True
+) -> None:
+    """A voice transport serves the session from now on (its voice facts follow the call record), or
+    (``connected=False``) no longer: its stream stopped for a transfer, and whoever ends the session
+    later sends ``call.ended`` at once.
+
+    A plain UPDATE that leaves the row's ``version`` alone: a turn in flight is not made to retry."""
+    await session.execute(
+        update(ConversationSession)
+        .where(
+            ConversationSession.organization_id == organization_id,
+            ConversationSession.id == session_id,
+            ConversationSession.voice_connected.is_(not connected),
+        )
+        .values(voice_connected=connected)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def live_query(organization_id: str) -> Select[ConversationSession]:

@@ -740,6 +740,7 @@ async def place_outbound_call(
             callee=data.to,
             variables=extras.variables,
         ),
+        direction="outbound",
     )
     await checkpoint(session)  # the session exists for the media stream; no transaction during the dial
     if twilio is not None:

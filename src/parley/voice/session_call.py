@@ -534,22 +534,35 @@ class VoiceCall(ABC):
         state = self.app.state
         organization_id = self.context.organization_id
         try:
-            async with unit_of_work(state.db, write=False) as session:
-                exists = await call_of_session(session, organization_id, self.session_id) is not None
-            if not exists:  # the session did not end (its end failed): the sweeper records it
-                log.warning("voice_call_record_missing", session_id=self.session_id)
-                return
+            if not await self._recorded():
+                # The session's end failed (or a transfer holds it): end it once more, so its record
+                # gets this call's measured figures instead of the idle sweeper recording it without.
+                await self._end_session()
+                if not await self._recorded():  # a transfer's result ends it; the sweeper otherwise
+                    log.warning("voice_call_record_missing", session_id=self.session_id)
+                    await self.mark_connected(False)  # that end sends call.ended without waiting
+                    return
             filename = await self._upload(path) if path is not None else None
-            async with unit_of_work(state.db) as session:
-                await attach_voice(
-                    session,
-                    organization_id,
-                    self.session_id,
-                    metrics=self.turn_metrics(),
-                    recording_filename=filename,
-                    tts_characters=self.pipeline.usage.tts_characters,
-                    stt_seconds=self.pipeline.usage.stt_seconds,
-                )
+            for attempt in (1, 2):  # one retry: a lost write costs the caller's figures and the event's
+                try:
+                    async with unit_of_work(state.db, jobs=runner_for(state)) as session:
+                        await attach_voice(
+                            session,
+                            organization_id,
+                            self.session_id,
+                            metrics=self.turn_metrics(),
+                            recording_filename=filename,
+                            tts_characters=self.pipeline.usage.tts_characters,
+                            stt_seconds=self.pipeline.usage.stt_seconds,
+                        )
+                    break
+                except Exception as exc:
+                    log.warning(
+                        "voice_call_record_update_failed",
+                        session_id=self.session_id,
+                        attempt=attempt,
+                        error_type=type(exc).__name__,
+                    )
         except Exception as exc:
             log.warning(
                 "voice_call_record_update_failed", session_id=self.session_id, error_type=type(exc).__name__
@@ -558,6 +571,24 @@ class VoiceCall(ABC):
             if path is not None:
                 with contextlib.suppress(OSError):
                     path.unlink()
+
+    async def mark_connected(self, connected: bool = True) -> None:
+        """Note on the session that this transport will attach its voice facts (call.ended waits), or
+        that it will not (its stream stopped while the session goes on, e.g. for a transfer)."""
+        try:
+            async with unit_of_work(self.app.state.db) as session:
+                await service.mark_voice_connected(
+                    session, self.context.organization_id, self.session_id, connected
+                )
+        except Exception as exc:  # call.ended then goes out when the session ends, without them
+            log.warning(
+                "voice_connected_not_noted", session_id=self.session_id, error_type=type(exc).__name__
+            )
+
+    async def _recorded(self) -> bool:
+        async with unit_of_work(self.app.state.db, write=False) as session:
+            found = await call_of_session(session, self.context.organization_id, self.session_id)
+        return found is not None
 
     async def _upload(self, path: Path) -> str | None:
         filename = f"{self.session_id}.wav"
@@ -588,6 +619,7 @@ async def converse(websocket: WebSocket, call: VoiceCall, transport: str = "webs
         return
     _CONNECTED.add(call.session_id)
     try:
+        await call.mark_connected()
         with lifecycle_of(call.app).track(call, transport), contextlib.suppress(WebSocketDisconnect):
             await call.run()
         if websocket.client_state == WebSocketState.CONNECTED:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import httpx
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from parley.kit.blobs import LocalBlobStore
+from tests.notifications.conftest import Receiver, receiver  # noqa: F401  (fixture)
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, TONE
 from tests.voice.pipeline.livevoice import (
     call_of,
@@ -397,6 +400,60 @@ async def test_recording_can_be_switched_off(live: dict[str, Any]) -> None:
     finally:
         settings.voice_recording_max_seconds = before
     assert call["recording_url"] is None
+
+
+def call_events_when(hooks: Receiver, path: str, ready: Any) -> list[dict[str, Any]]:
+    """The call events the local receiver got at ``path`` once ``ready(events)`` holds."""
+    deadline = time.monotonic() + 10
+    while True:
+        got = [json.loads(r.body) for r in hooks.at(path)]
+        if ready(got):
+            return got
+        assert time.monotonic() < deadline, got
+        time.sleep(0.05)
+
+
+async def test_call_ended_carries_the_recording_voice_figures_and_speech_usage_once(
+    live: dict[str, Any],
+    receiver: Receiver,  # noqa: F811
+) -> None:
+    path = f"/hook/flaky/voice-ws-{uuid4().hex[:8]}"
+    subscribed = httpx.post(
+        f"{live['url']}/api/webhooks/subscriptions",
+        json={
+            "url": receiver.url + path,
+            "event_types": ["call.ended"],
+            "secret": "whsec_voice_ws_events_0123",
+        },
+        headers=live["headers"],
+    )
+    assert subscribed.status_code == 200, subscribed.text
+    try:
+        use_fakes(live, "one two")
+        call = await answer_once(live)
+        [event] = call_events_when(receiver, path, lambda got: len(got) >= 1)
+        ended = event["data"]
+        assert ended["session_id"] == call["session_id"] and ended["call_id"] == call["id"]
+        assert ended["direction"] == "inbound" and ended["outcome"] == "completed"
+        # what the caller experienced, as the call record has it once the transport attached it
+        assert ended["recording_url"] == call["recording_url"] is not None
+        answer = ended["metrics"]["turns"][1]
+        assert answer["voice_to_voice_ms"] is not None and answer["stt_final_ms"] is not None
+        assert ended["metrics"]["mean_voice_latency_ms"] == call["mean_voice_latency_ms"] is not None
+        usage = ended["metrics"]["usage"]
+        assert usage["tts_characters"] == call["usage"]["tts_characters"] is not None
+        assert usage["stt_seconds"] == call["usage"]["stt_seconds"] is not None
+        # once: the delivery log holds one call.ended for the session
+        log = httpx.get(
+            f"{live['url']}/api/webhooks/deliveries",
+            params={"event_type": "call.ended", "subscription_id": subscribed.json()["id"]},
+            headers=live["headers"],
+        ).json()["items"]
+        assert len(log) == 1
+    finally:
+        httpx.delete(
+            f"{live['url']}/api/webhooks/subscriptions/{subscribed.json()['id']}", headers=live["headers"]
+        )
 
 
 # Real-time audio: run in a process of its own (make test), where no earlier test's threads compete.

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
+from uuid import uuid4
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from websockets.asyncio.client import connect
 
 from parley.auth.stream_tokens import verify_stream_token
 from parley.telephony.providers.twilio import compute_signature
+from tests.notifications.conftest import Receiver, receiver  # noqa: F401  (fixture)
 from tests.voice.pipeline.fakes import TONE
 from tests.voice.pipeline.livevoice import call_record_when, use_fakes, wait_ended
 from tests.voice.pipeline.test_transport_twilio import SILENCE_8K, SPEECH_8K, FakeTwilio
@@ -71,10 +73,22 @@ def incoming_call(live: dict[str, Any], call_sid: str, caller: str) -> httpx.Res
     )
 
 
-async def test_a_dialled_number_streams_its_call_into_the_routed_flow(phone: dict[str, Any]) -> None:
+async def test_a_dialled_number_streams_its_call_into_the_routed_flow(
+    phone: dict[str, Any],
+    receiver: Receiver,  # noqa: F811
+) -> None:
     live = phone
     fakes = use_fakes(live, "one two")
     fakes.tts.pcm = TONE
+    subscription = httpx.post(
+        f"{live['url']}/api/webhooks/subscriptions",
+        json={
+            "url": f"{receiver.url}/hook/flaky/twilio-{uuid4().hex[:8]}",
+            "event_types": ["call.started", "call.ended"],
+            "secret": "whsec_twilio_call_events_01",
+        },
+        headers=live["headers"],
+    ).json()
     answered = incoming_call(live, "CA" + "7" * 32, caller="+491701112233")
     assert answered.status_code == 200, answered.text
     stream = re.search(r'<Stream url="([^"]+)">', answered.text)
@@ -103,6 +117,27 @@ async def test_a_dialled_number_streams_its_call_into_the_routed_flow(phone: dic
     usage = call["usage"]
     assert usage["tts_characters"] == len("Say your number.") + len("Thanks, your number is 12.")
     assert 0.2 <= usage["stt_seconds"] <= 1.2, usage
+
+    # the call events: inbound, and call.ended (written with the voice facts) says what the caller got
+    log = httpx.get(
+        f"{live['url']}/api/webhooks/deliveries",
+        params={"subscription_id": subscription["id"]},
+        headers=live["headers"],
+    ).json()["items"]
+    httpx.delete(f"{live['url']}/api/webhooks/subscriptions/{subscription['id']}", headers=live["headers"])
+    payloads = {
+        d["event_type"]: httpx.get(
+            f"{live['url']}/api/webhooks/deliveries/{d['id']}", headers=live["headers"]
+        ).json()["payload"]["data"]
+        for d in log
+    }
+    assert len(log) == 2 and set(payloads) == {"call.started", "call.ended"}
+    assert {p["direction"] for p in payloads.values()} == {"inbound"}
+    ended = payloads["call.ended"]
+    assert ended["call_id"] == call["id"] and ended["recording_url"] == call["recording_url"]
+    assert ended["metrics"]["usage"]["tts_characters"] == usage["tts_characters"]
+    assert ended["metrics"]["usage"]["stt_seconds"] == usage["stt_seconds"]
+    assert ended["metrics"]["turns"][1]["voice_to_voice_ms"] is not None
 
 
 def session_id_of(live: dict[str, Any], token: str) -> str:

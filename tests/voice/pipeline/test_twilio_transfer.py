@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
+from uuid import uuid4
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from websockets.asyncio.client import connect
 from parley.auth.stream_tokens import verify_stream_token
 from parley.telephony.providers.twilio import compute_signature
 from tests.live import serve_in_thread
+from tests.notifications.conftest import Receiver, receiver  # noqa: F401  (fixture)
 from tests.stubs import twilio as tw_stub
 from tests.voice.pipeline.livevoice import call_record_when, session, use_fakes, wait_ended
 from tests.voice.pipeline.test_transport_twilio import SILENCE_8K, SPEECH_8K, FakeTwilio
@@ -234,8 +236,20 @@ async def test_a_busy_target_brings_the_caller_back_into_the_same_flow(phone: di
     assert "transfer_failed" in call["signal_types"]
 
 
-async def test_an_answered_transfer_ends_the_call_as_transferred(phone: dict[str, Any]) -> None:
+async def test_an_answered_transfer_ends_the_call_as_transferred(
+    phone: dict[str, Any],
+    receiver: Receiver,  # noqa: F811
+) -> None:
     live = phone
+    subscription = httpx.post(
+        f"{live['url']}/api/webhooks/subscriptions",
+        json={
+            "url": f"{receiver.url}/hook/flaky/transfer-{uuid4().hex[:8]}",
+            "event_types": ["call.ended"],
+            "secret": "whsec_transfer_call_events",
+        },
+        headers=live["headers"],
+    ).json()
     call_sid = "CA" + "3" * 32
     fakes, url, token = await ask_for_a_person(live, call_sid, ["a real person please"])
     session_id = session_of(live, token)
@@ -275,6 +289,21 @@ async def test_an_answered_transfer_ends_the_call_as_transferred(phone: dict[str
         "transferred",
     )
     assert call["transferred_at"] is not None and call["transferred_at"] >= call["started_at"]
+    # the stream stopped for the dial: call.ended was stored with the record, not after the grace
+    log = httpx.get(
+        f"{live['url']}/api/webhooks/deliveries",
+        params={"subscription_id": subscription["id"], "event_type": "call.ended"},
+        headers=live["headers"],
+    ).json()["items"]
+    httpx.delete(f"{live['url']}/api/webhooks/subscriptions/{subscription['id']}", headers=live["headers"])
+    payloads = [
+        httpx.get(f"{live['url']}/api/webhooks/deliveries/{d['id']}", headers=live["headers"]).json()[
+            "payload"
+        ]["data"]
+        for d in log
+    ]
+    assert [p["call_id"] for p in payloads] == [call["id"]]
+    assert payloads[0]["outcome"] == "transferred"
 
 
 async def test_twilio_refusing_the_transfer_is_an_apology_on_the_same_stream(phone: dict[str, Any]) -> None:
