@@ -211,7 +211,7 @@ def call_record(row: ConversationSession, state: ConversationState) -> CallRecor
         flow_version=row.flow_version,
         channel=row.channel,
         direction="outbound" if row.direction == "outbound" else "inbound",
-        voice_connected=row.voice_connected,
+        voice_connected=bool(row.voice_connected),  # None until the new row is flushed
         caller=row.caller,
         callee=row.callee,
         language=row.language,
