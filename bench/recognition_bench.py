@@ -15,6 +15,7 @@ while a recognizer loads.
    ticker alone (baseline).
 
     .venv/bin/python bench/recognition_bench.py [--seed 7] [--speed 160] [--lag-runs 5] [--lag-only]
+        [--languages de,en]
 """
 
 from __future__ import annotations
@@ -244,15 +245,17 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--speed", type=int, default=160, help="eSpeak words per minute")
-    parser.add_argument("--lag-runs", type=int, default=5)
+    parser.add_argument("--lag-runs", type=int, default=5, help="0: no loop-lag part")
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--lag-only", action="store_true", help="skip the accuracy part")
+    parser.add_argument("--languages", default="de,en", help="accuracy for these, comma-separated")
     args = parser.parse_args()
     await asyncio.to_thread(warm_pool, 2)
-    for language in () if args.lag_only else ("de", "en"):
+    for language in () if args.lag_only else args.languages.split(","):
         numbers_ok, answers_ok = await accuracy(language, args.seed, args.speed, not args.quiet)
         print(f"{language}: order numbers {numbers_ok}/20 exact, yes/no {answers_ok}/10")
-    await loop_lag(args.lag_runs)
+    if args.lag_runs:
+        await loop_lag(args.lag_runs)
 
 
 if __name__ == "__main__":
