@@ -220,7 +220,7 @@ def test_a_document_uploaded_on_a_is_ingested_by_the_worker_and_searchable_on_b(
         text = httpx.get(f"http://127.0.0.1:{cluster.metrics_port}/metrics").text
         return text if counted in text else None
 
-    metrics = _until(scraped, attempts=120)
+    metrics = _until(scraped)  # the same budget as the ingestion: a loaded machine is slow, not wrong
     assert "parley_job_queue_depth" in metrics
 
 
