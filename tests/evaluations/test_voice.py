@@ -7,12 +7,15 @@ said next), never on how long it took."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from parley.demo.flows import order_status_flow
 from parley.evaluations.voice import noise_burst, word_accuracy
+from parley.voice.engines import sphinx_host
 from tests.evaluations.conftest import Lab
 
 # The agent's reply to "one two" is "Your Seat Leon: delivered, ready on 20 May." (about 3.2 s in the
@@ -61,19 +64,33 @@ async def test_voice_mode_reports_what_was_heard_and_how_fast(lab: Lab, demo: li
     assert "barge_in" not in first  # the caller waited for the agent: nobody was interrupted
     silent = results["en: caller does not answer"]
     assert silent["status"] == "passed" and silent["turns"][1]["voice"]["recognition_accuracy"] is None
-    # A German scenario runs spoken too (against an English flow here: it fails, but it is heard and judged).
+    # The suite decodes in this process (no decoder processes): German, slower than real time offline,
+    # would stall it, so its scenario is skipped with the reason (and the run does not pass).
     de = results["de: known order, no callback"]
-    assert de["status"] in ("passed", "failed"), de
-    assert de["turns"][1]["voice"]["said"] and 0.0 <= de["turns"][1]["voice"]["recognition_accuracy"] <= 1.0
+    assert de["status"] == "skipped" and "PARLEY_VOICE_DECODER_PROCESSES" in de["reason"], de
     summary = run["summary"]
     assert summary["pace"] == "fast"  # the default
     assert 0.0 <= summary["recognition_accuracy_mean"] <= 1.0
     assert "voice_to_voice_ms_p50" in summary and summary["interruptions"] == 0
 
 
-async def test_a_german_scenario_is_spoken_heard_and_judged(lab: Lab, demo: list[dict[str, Any]]) -> None:
-    """The offline German recognizer is weak (docs/voice.md): voice mode runs German scenarios anyway and
-    reports what was heard, so a team sees "vier zwei" misheard here rather than on a call."""
+@pytest.fixture
+async def decoder_processes() -> AsyncIterator[None]:
+    """Recognition in a process of its own, as `parley up` runs it (the suite decodes in-process)."""
+    assert sphinx_host.hosts() is None
+    await asyncio.to_thread(sphinx_host.start, 1, 0)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(sphinx_host.stop)
+
+
+async def test_a_german_scenario_is_spoken_heard_and_judged(
+    decoder_processes: None, lab: Lab, demo: list[dict[str, Any]]
+) -> None:
+    """The offline German recognizer is weak (docs/voice.md): with the recognizer in its own process
+    voice mode runs German scenarios and reports what was heard, so a team sees "vier zwei" misheard
+    here rather than on a call."""
     flow_id = await lab.flow(order_status_flow("de"), name="Auftragsstatus")
     german = [s for s in demo if s["name"] in ("de: known order, no callback", "de: caller does not answer")]
     assert len(german) == 2

@@ -30,6 +30,7 @@ from parley.llm.models import LLMUsage
 from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
 from parley.runtime.engine import FlowEngine
+from parley.voice.engines import sphinx_host
 from parley.voice.engines.espeak import EspeakTts
 from parley.voice.engines.sphinx import PocketsphinxStt
 from parley.voice.engines.vad import WebRtcVad
@@ -85,6 +86,7 @@ def _voice_kit(context: JobContext, definition: FlowDefinition, run: EvaluationR
         agent_tts=EspeakTts(),
         vad=WebRtcVad(16000),
         pace="realtime" if (run.summary or {}).get("pace") == "realtime" else "fast",
+        languages=frozenset({"en", "de"}) if sphinx_host.hosts() is not None else frozenset({"en"}),
     )
 
 
