@@ -109,6 +109,7 @@ async def test_a_german_scenario_is_spoken_heard_and_judged(
     assert 0.0 <= run["summary"]["recognition_accuracy_mean"] <= 1.0
 
 
+@pytest.mark.realtime  # interruptions are judged on the wall clock: in the real-time set's own process
 async def test_barge_in_and_a_cough_over_the_agent(lab: Lab) -> None:
     flow_id = await lab.flow(order_status_flow("en"), name="Order status")
     wrong = {

@@ -45,6 +45,21 @@ DIGITS_FLOW = {
 }
 
 
+# A loaded machine (CI with two test workers) may be slow to answer; slowness is not what these tests
+# test, so their plain HTTP calls wait longer than httpx's default 5 s.
+HTTP_TIMEOUT = 60.0
+
+
+def http_get(url: str, **kwargs: Any) -> httpx.Response:
+    kwargs.setdefault("timeout", HTTP_TIMEOUT)
+    return httpx.get(url, **kwargs)
+
+
+def http_post(url: str, **kwargs: Any) -> httpx.Response:
+    kwargs.setdefault("timeout", HTTP_TIMEOUT)
+    return httpx.post(url, **kwargs)
+
+
 class RecordingVad(LoudnessVad):
     def __init__(self) -> None:
         self.frames: list[bytes] = []
@@ -98,20 +113,18 @@ def live(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterato
     with serve_in_thread(app) as base_url:
         token = make_token("caller", ttl=3600)
         headers = {"Authorization": f"Bearer {token}"}
-        org = httpx.post(f"{base_url}/api/organizations", json={"name": "Voice"}, headers=headers).json()[
-            "id"
-        ]
+        org = http_post(f"{base_url}/api/organizations", json={"name": "Voice"}, headers=headers).json()["id"]
         headers["X-Organization-Id"] = org
         other_token = make_token("stranger", ttl=3600)
-        other = httpx.post(
+        other = http_post(
             f"{base_url}/api/organizations",
             json={"name": "Other"},
             headers={"Authorization": f"Bearer {other_token}"},
         ).json()["id"]
-        flow = httpx.post(
+        flow = http_post(
             f"{base_url}/api/flows", json={"name": "Digits", "definition": DIGITS_FLOW}, headers=headers
         ).json()
-        assert httpx.post(f"{base_url}/api/flows/{flow['id']}/publish", headers=headers).status_code == 200
+        assert http_post(f"{base_url}/api/flows/{flow['id']}/publish", headers=headers).status_code == 200
         yield {
             "app": app,
             "url": base_url,
@@ -126,11 +139,11 @@ def live(tmp_path_factory: pytest.TempPathFactory, database_url: str) -> Iterato
 
 def publish_flow(live: dict[str, Any], name: str, definition: dict[str, Any]) -> str:
     """A published flow of the test organization (for a test's own voice settings)."""
-    flow = httpx.post(
+    flow = http_post(
         f"{live['url']}/api/flows", json={"name": name, "definition": definition}, headers=live["headers"]
     )
     assert flow.status_code == 200, flow.text
-    published = httpx.post(f"{live['url']}/api/flows/{flow.json()['id']}/publish", headers=live["headers"])
+    published = http_post(f"{live['url']}/api/flows/{flow.json()['id']}/publish", headers=live["headers"])
     assert published.status_code == 200, published.text
     return str(flow.json()["id"])
 
@@ -143,7 +156,7 @@ def flow_with(live: dict[str, Any], name: str, **turn_taking: Any) -> str:
 
 
 def new_session(live: dict[str, Any], channel: str = "web", flow: str | None = None) -> str:
-    created = httpx.post(
+    created = http_post(
         f"{live['url']}/api/sessions",
         json={"flow_id": flow or live["flow"], "voiced": True, "channel": channel},
         headers=live["headers"],
@@ -184,7 +197,7 @@ async def close_code(ws: ClientConnection) -> int | None:
 
 
 def session(live: dict[str, Any], session_id: str) -> dict[str, Any]:
-    return dict(httpx.get(f"{live['url']}/api/sessions/{session_id}", headers=live["headers"]).json())
+    return dict(http_get(f"{live['url']}/api/sessions/{session_id}", headers=live["headers"]).json())
 
 
 def wait_ended(live: dict[str, Any], session_id: str) -> dict[str, Any]:
@@ -196,12 +209,12 @@ def wait_ended(live: dict[str, Any], session_id: str) -> dict[str, Any]:
 
 
 def call_of(live: dict[str, Any], session_id: str) -> dict[str, Any]:
-    calls = httpx.get(f"{live['url']}/api/calls", params={"limit": 100}, headers=live["headers"]).json()[
+    calls = http_get(f"{live['url']}/api/calls", params={"limit": 100}, headers=live["headers"]).json()[
         "items"
     ]
     ids = [c["id"] for c in calls]
     for call_id in ids:
-        full = httpx.get(f"{live['url']}/api/calls/{call_id}", headers=live["headers"]).json()
+        full = http_get(f"{live['url']}/api/calls/{call_id}", headers=live["headers"]).json()
         if full["session_id"] == session_id:
             return dict(full)
     raise AssertionError(f"no call record for {session_id}")
@@ -224,7 +237,7 @@ def call_record_when(live: dict[str, Any], session_id: str, ready: Any = lambda 
 def recording_of(live: dict[str, Any], call: dict[str, Any]) -> tuple[wave._wave_params, np.ndarray]:
     """Download the call's recording; its parameters and samples as an (n, channels) array."""
     assert call["recording_url"], call
-    response = httpx.get(f"{live['url']}{call['recording_url']}", headers=live["headers"])
+    response = http_get(f"{live['url']}{call['recording_url']}", headers=live["headers"])
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "audio/wav"
     with wave.open(io.BytesIO(response.content), "rb") as reader:

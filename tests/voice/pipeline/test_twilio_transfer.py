@@ -24,7 +24,14 @@ from parley.telephony.providers.twilio import compute_signature
 from tests.live import serve_in_thread
 from tests.notifications.conftest import Receiver, receiver  # noqa: F401  (fixture)
 from tests.stubs import twilio as tw_stub
-from tests.voice.pipeline.livevoice import call_record_when, session, use_fakes, wait_ended
+from tests.voice.pipeline.livevoice import (
+    call_record_when,
+    http_get,
+    http_post,
+    session,
+    use_fakes,
+    wait_ended,
+)
 from tests.voice.pipeline.test_transport_twilio import SILENCE_8K, SPEECH_8K, FakeTwilio
 
 NUMBER = "+4930123460"
@@ -68,17 +75,18 @@ def phone(live: dict[str, Any], twilio_server: tuple[str, tw_stub.TwilioState]) 
         f"{live['url']}/api/providers/twilio/config",
         json={"account_sid": tw_stub.ACCOUNT_SID, "auth_token": tw_stub.AUTH_TOKEN, "api_base": url},
         headers=live["headers"],
+        timeout=60,
     )
     assert configured.status_code == 200, configured.text
     if "handoff_flow" not in live:
-        flow = httpx.post(
+        flow = http_post(
             f"{live['url']}/api/flows",
             json={"name": "Handoff", "definition": HANDOFF_FLOW},
             headers=live["headers"],
         ).json()
-        published = httpx.post(f"{live['url']}/api/flows/{flow['id']}/publish", headers=live["headers"])
+        published = http_post(f"{live['url']}/api/flows/{flow['id']}/publish", headers=live["headers"])
         assert published.status_code == 200, published.text
-        created = httpx.post(
+        created = http_post(
             f"{live['url']}/api/telephony/numbers",
             json={"number": NUMBER, "provider": "twilio", "flow_id": flow["id"]},
             headers=live["headers"],
@@ -94,7 +102,7 @@ def phone(live: dict[str, Any], twilio_server: tuple[str, tw_stub.TwilioState]) 
 
 def signed_post(live: dict[str, Any], path_and_query: str, form: list[tuple[str, str]]) -> httpx.Response:
     signature = compute_signature(tw_stub.AUTH_TOKEN, live["url"] + path_and_query, form)
-    return httpx.post(
+    return http_post(
         live["url"] + path_and_query,
         content=urlencode(form).encode(),
         headers={"Content-Type": "application/x-www-form-urlencoded", "X-Twilio-Signature": signature},
@@ -179,7 +187,7 @@ async def test_a_busy_target_brings_the_caller_back_into_the_same_flow(phone: di
     assert row["status"] == "active", row  # the stream stopped; the dial decides
 
     # an unsigned or forged report changes nothing
-    forged = httpx.post(
+    forged = http_post(
         live["url"] + f"{DIAL}?session={session_id}",
         content=urlencode([("CallSid", call_sid), ("DialCallStatus", "completed")]).encode(),
         headers={"Content-Type": "application/x-www-form-urlencoded", "X-Twilio-Signature": "forged"},
@@ -241,7 +249,7 @@ async def test_an_answered_transfer_ends_the_call_as_transferred(
     receiver: Receiver,  # noqa: F811
 ) -> None:
     live = phone
-    subscription = httpx.post(
+    subscription = http_post(
         f"{live['url']}/api/webhooks/subscriptions",
         json={
             "url": f"{receiver.url}/hook/flaky/transfer-{uuid4().hex[:8]}",
@@ -290,14 +298,16 @@ async def test_an_answered_transfer_ends_the_call_as_transferred(
     )
     assert call["transferred_at"] is not None and call["transferred_at"] >= call["started_at"]
     # the stream stopped for the dial: call.ended was stored with the record, not after the grace
-    log = httpx.get(
+    log = http_get(
         f"{live['url']}/api/webhooks/deliveries",
         params={"subscription_id": subscription["id"], "event_type": "call.ended"},
         headers=live["headers"],
     ).json()["items"]
-    httpx.delete(f"{live['url']}/api/webhooks/subscriptions/{subscription['id']}", headers=live["headers"])
+    httpx.delete(
+        f"{live['url']}/api/webhooks/subscriptions/{subscription['id']}", headers=live["headers"], timeout=60
+    )
     payloads = [
-        httpx.get(f"{live['url']}/api/webhooks/deliveries/{d['id']}", headers=live["headers"]).json()[
+        http_get(f"{live['url']}/api/webhooks/deliveries/{d['id']}", headers=live["headers"]).json()[
             "payload"
         ]["data"]
         for d in log
