@@ -260,9 +260,16 @@ def main() -> None:
         finally:
             errors = [line for line in Path(tmp, "platform.log").read_text().splitlines() if "error" in line]
             print(f"platform log: {len(errors)} error lines", *(e[:300] for e in errors[:3]), sep="\n  ")
+            # Stop both before waiting: a platform slow to stop (a decode in flight) must not leave the
+            # connector running after the bench.
             for proc in (platform, connector):
                 proc.terminate()
-                proc.wait(timeout=10)
+            for proc in (platform, connector):
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
             if pg_name is not None:
                 pg.drop_database(pg_name)
 
