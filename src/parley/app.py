@@ -39,7 +39,7 @@ from parley.kit.blobs import blob_store_from_settings
 from parley.kit.db import Database
 from parley.kit.errors import install_error_handlers
 from parley.kit.jobs import JobContext, JobRunner
-from parley.kit.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of
+from parley.kit.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of, settle_heap
 from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from parley.kit.outbound import outbound_policy
@@ -264,4 +264,6 @@ def create_app_from_env() -> FastAPI:
     """Factory for ``uvicorn --factory`` (multi-worker serving): settings are read when a worker starts."""
     settings = prepare_settings()
     configure_logging(settings.log_level, settings.log_json, redact=settings.log_redaction)
-    return create_app(settings)
+    app = create_app(settings)
+    settle_heap()
+    return app

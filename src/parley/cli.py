@@ -102,9 +102,12 @@ def _run_platform(
         )
         return
     from parley.app import create_app
+    from parley.kit.lifecycle import settle_heap
 
+    app = create_app(settings)
+    settle_heap()
     uvicorn.run(
-        create_app(settings),
+        app,
         host=host,
         port=port,
         access_log=False,

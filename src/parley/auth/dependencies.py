@@ -41,8 +41,10 @@ def client_address(request: Request) -> str | None:
 
 def presented(request: Request) -> Presented:
     """What an HTTP request presented."""
-    query = request.query_params
-    query_token = next((query[name] for name in QUERY_CREDENTIAL_PARAMETERS if query.get(name)), None)
+    query_token = None
+    if request.scope.get("query_string"):  # most requests have none: skip parsing
+        query = request.query_params
+        query_token = next((query[name] for name in QUERY_CREDENTIAL_PARAMETERS if query.get(name)), None)
     return Presented(
         authorization=request.headers.get("authorization"),
         organization=request.headers.get("x-organization-id"),
@@ -75,29 +77,48 @@ async def guard_signed_webhook(request: Request) -> AsyncIterator[None]:
         raise
 
 
-async def get_principal(
-    request: Request,
-    session: ReadSession,
-    _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-) -> Principal:
-    principal = await resolver(request).principal(session, presented(request))
-    request.state.principal = principal
-    for hook in getattr(request.app.state, "authenticated_hooks", []):
-        hook(request, session, principal)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+
+
+async def _principal(request: Request, session: AsyncSession) -> Principal:
+    """The request's principal, resolved once however many dependencies ask for it."""
+    principal: Principal | None = getattr(request.state, "principal", None)
+    if principal is None:
+        principal = await resolver(request).principal(session, presented(request))
+        request.state.principal = principal
+        for hook in getattr(request.app.state, "authenticated_hooks", []):
+            hook(request, session, principal)
     return principal
+
+
+async def _org_context(request: Request, session: AsyncSession) -> OrgContext:
+    context: OrgContext | None = getattr(request.state, "org_context", None)
+    if context is None:
+        principal = await _principal(request, session)
+        context = await resolver(request).context(
+            session, principal, request.headers.get("x-organization-id")
+        )
+        request.state.org_context = context
+        request.state.organization_id = context.organization_id
+    return context
+
+
+# Each alias below is one dependency (beside the bearer scheme, which documents the header in OpenAPI):
+# a request pays FastAPI's per-dependency cost once for its identity, not once per step.
+async def get_principal(request: Request, session: ReadSession, _credentials: Credentials) -> Principal:
+    return await _principal(request, session)
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
-async def get_org_context(request: Request, session: ReadSession, principal: CurrentPrincipal) -> OrgContext:
-    context = await resolver(request).context(session, principal, presented(request).organization)
-    request.state.organization_id = context.organization_id
-    return context
+async def get_org_context(request: Request, session: ReadSession, _credentials: Credentials) -> OrgContext:
+    return await _org_context(request, session)
 
 
 def require_role(minimum: Role) -> object:
-    async def check(context: Annotated[OrgContext, Depends(get_org_context)]) -> OrgContext:
+    async def check(request: Request, session: ReadSession, _credentials: Credentials) -> OrgContext:
+        context = await _org_context(request, session)
         check_role(context, minimum)
         return context
 

@@ -21,6 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from parley.kit.sqlite import connect_one_hop
+
 if TYPE_CHECKING:
     from parley.config import Settings
 
@@ -115,7 +117,13 @@ def create_engine(
 ) -> AsyncEngine:
     timeouts = timeouts or Timeouts()
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_timeout=pool_timeout)
+        engine = create_async_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=0,
+            pool_timeout=pool_timeout,
+            connect_args={"async_creator_fn": connect_one_hop},  # one thread hop per statement
+        )
         _configure_sqlite(engine, timeouts.busy)
         return engine
     return create_async_engine(
@@ -348,6 +356,54 @@ class RequestUnit:
         finally:
             await session.close()
 
+    def handler_session(self) -> AsyncSession:
+        """The handler's session: the shared one of a read-only request, else a writer that takes over
+        what authentication read and noted when it runs its first statement."""
+        if not self.write:
+            self.claimed = True
+            return self.shared_session()
+        if self.writer is None:
+            writer = self.database.write_sessionmaker()
+            writer.sync_session.info = self.info
+            self.attach_writer(writer)
+        return self.writer  # type: ignore[return-value]
+
+    async def complete(self) -> None:
+        """The handler returned: commit the request's work (its hooks included)."""
+        if not self.write:
+            await self.close_shared(commit=True)
+            return
+        writer = self.writer
+        if writer is None:  # no handler session: what authentication noted commits on its own
+            await self.release_reader()
+            self.done = True
+            return
+        try:
+            await self.release_reader()  # authentication's changes and hooks join this commit
+            await _finish(writer)
+        except BaseException:
+            await writer.rollback()
+            raise
+        finally:
+            self.done = True
+            await writer.close()
+
+    async def abort(self) -> None:
+        """The request failed: nothing of it is kept."""
+        if not self.write:
+            await self.close_shared(commit=False)
+            return
+        self.done = True
+        reader, self.reader = self.reader, None
+        writer, self.writer = self.writer, None
+        try:
+            if writer is not None:
+                await writer.rollback()
+                await writer.close()
+        finally:
+            if reader is not None:
+                await reader.close()
+
     def open_reader(self) -> AsyncSession:
         if not self.write:
             return self.shared_session()
@@ -415,49 +471,37 @@ async def release_reader(request: Request) -> None:
         await unit.release_reader()
 
 
-async def get_read_session(request: Request) -> AsyncIterator[AsyncSession]:
-    """A short read session for authentication; given back once the handler's session begins."""
+async def get_request_unit(request: Request) -> AsyncIterator[RequestUnit]:
+    """The request's unit of work, the one dependency that ends it: when the handler returns (before the
+    response is sent, so a failed commit is an error response, never a silent loss) its work commits —
+    the handler's session with everything authentication noted — and on an error nothing of it is kept.
+
+    Authentication (``ReadSession``) and the handler (``DbSession``) reach their sessions through it, so
+    a request pays for one dependency with a clean-up, however many sessions it uses.
+    """
     unit = RequestUnit.of(request)
     try:
-        yield unit.open_reader()
+        yield unit
     except BaseException:
-        if unit.reader is not None:  # the request failed: nothing of it is kept
-            reader, unit.reader = unit.reader, None
-            await reader.close()
-        if not unit.write and not unit.claimed:
-            await unit.close_shared(commit=False)
+        await unit.abort()
         raise
-    if not unit.write:
-        if not unit.claimed:  # no handler session: what authentication noted commits here
-            await unit.close_shared(commit=True)
-        return
-    await unit.release_reader()
+    await unit.complete()
 
 
-async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
+Unit = Annotated[RequestUnit, Depends(get_request_unit, scope="function")]
+
+
+async def get_read_session(unit: Unit) -> AsyncSession:
+    """A short read session for authentication; given back once the handler's session begins."""
+    return unit.open_reader()
+
+
+async def get_session(request: Request, unit: Unit) -> AsyncSession:
     """The handler's session, committed by the request's unit of work when the handler returns."""
-    unit = RequestUnit.of(request)
-    if not unit.write:
-        # A read-only request (GET, HEAD, OPTIONS) takes no write lock: authentication and the handler
-        # share one session, so the request needs at most one connection.
-        session = unit.shared_session()
-        unit.claimed = True
-        request.state.db_session = session
-        try:
-            yield session
-        except BaseException:
-            await unit.close_shared(commit=False)
-            raise
-        await unit.close_shared(commit=True)
-        return
-    async with unit_of_work(unit.database, write=unit.write, commit=True, info=unit.info) as session:
-        unit.attach_writer(session)
-        request.state.db_session = session
-        yield session
-        await unit.release_reader()  # authentication's changes and hooks join this commit
-    unit.done = True
+    session = unit.handler_session()
+    request.state.db_session = session
+    return session
 
 
-# scope="function": the transaction commits when the handler returns, before the response is sent.
-DbSession = Annotated[AsyncSession, Depends(get_session, scope="function")]
-ReadSession = Annotated[AsyncSession, Depends(get_read_session, scope="function")]
+DbSession = Annotated[AsyncSession, Depends(get_session)]
+ReadSession = Annotated[AsyncSession, Depends(get_read_session)]

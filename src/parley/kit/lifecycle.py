@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 import threading
 import time
@@ -230,3 +231,15 @@ class DrainMiddleware:
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
+
+
+def settle_heap() -> None:
+    """Move what start-up built (modules, routes, schemas, the app) out of the garbage collector's reach.
+
+    Those objects live as long as the process, yet every full collection walked all of them: under load
+    the collector's pauses cost a third of a simple request's throughput and most of its p99
+    (docs/benchmarks.md). Called once by the serving entry points after the app is built, never by
+    tests (which build many apps in one process and need them collected).
+    """
+    gc.collect()
+    gc.freeze()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.kit.errors import NotFound
@@ -20,11 +20,28 @@ def scoped(model: type[T], organization_id: str) -> Select[T]:
     return select(model).where(column == organization_id)
 
 
+# One statement per model, built once: a request's look-up by id binds its two values instead of
+# building a new statement (and its cache key) every time.
+_BY_ID: dict[type[Any], Select[Any]] = {}
+
+
+def _by_id(model: type[T]) -> Select[T]:
+    statement = _BY_ID.get(model)
+    if statement is None:
+        columns: Any = model
+        statement = select(model).where(
+            columns.organization_id == bindparam("organization_id"), columns.id == bindparam("resource_id")
+        )
+        _BY_ID[model] = statement
+    return statement
+
+
 async def get_owned(
     session: AsyncSession, model: type[T], resource_id: str, organization_id: str, what: str
 ) -> T:
-    column: Any = model.id  # type: ignore[attr-defined]
-    row = await session.scalar(scoped(model, organization_id).where(column == resource_id))
+    row = await session.scalar(
+        _by_id(model), {"organization_id": organization_id, "resource_id": resource_id}
+    )
     if row is None:
         raise NotFound(f"{what} {resource_id!r} was not found in this organization.")
     return row

@@ -1,0 +1,237 @@
+"""SQLite through aiosqlite with one thread hop per statement.
+
+aiosqlite runs each connection's calls on a worker thread of its own, one hop (queue, thread wake-up,
+result back to the event loop) per call. SQLAlchemy's adapter makes four hops for every statement
+(cursor, execute, fetchall, close) and one for every ``BEGIN``, ``COMMIT`` and reset-on-return
+``ROLLBACK``, nine for a GET that reads one row. On a loaded core each hop costs a thread switch and a
+GIL hand-over, and together they were most of a simple request's time (docs/benchmarks.md).
+
+:class:`OneHopConnection` keeps aiosqlite's thread and queue (so a long query never blocks the event
+loop) and changes what crosses them:
+
+- a statement runs with its ``fetchall`` and cursor close in one hop; the rows come back buffered
+  (the platform never streams results from SQLite);
+- the ``BEGIN`` SQLAlchemy emits is held and sent in the same hop as the transaction's first statement
+  (a transaction that runs no statement never reaches SQLite);
+- ``COMMIT`` and ``ROLLBACK`` are skipped when SQLite reports no open transaction (a read outside a
+  transaction, or the pool's reset of a connection that already committed), and end a transaction
+  that only read right here (ending a WAL read snapshot does no I/O and never waits);
+- a ``SELECT`` runs at once on the event loop's thread, with no hop at all, when it can neither wait
+  nor run long: in WAL mode a reader never waits for a writer, and for the rare cases where it could
+  (another connection recovering the WAL) the busy time-out is 0 during the attempt; a progress handler
+  stops any read that passes :data:`INLINE_BUDGET_S`. A stopped or busy read runs again on the thread,
+  in the same transaction. A primary-key read takes a few microseconds this way, against a hop's
+  thread switch; a long list or export moves to the thread after at most the budget.
+
+Nothing else changes: the same ``sqlite3`` connection, errors and transaction boundaries. A held
+``BEGIN IMMEDIATE`` takes the write lock with the first statement instead of just before it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiosqlite
+
+INLINE_BUDGET_S = 0.002  # a SELECT still running after this long goes on on the connection's thread
+_GIVE_WAY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT})
+
+Description = tuple[tuple[Any, ...], ...] | None
+Outcome = tuple[Description, int, int | None, list[Any]]
+
+
+def _run(connection: sqlite3.Connection, begin: str | None, sql: str, parameters: Any, many: bool) -> Outcome:
+    """On the connection's thread: the held BEGIN, the statement, its rows, and the cursor closed."""
+    if begin is not None:
+        connection.execute(begin)
+    cursor = connection.cursor()
+    try:
+        if many:
+            cursor.executemany(sql, parameters)
+        else:
+            cursor.execute(sql, () if parameters is None else parameters)
+        description = cursor.description
+        rows = cursor.fetchall() if description is not None else []
+        return description, cursor.rowcount, cursor.lastrowid, rows
+    finally:
+        cursor.close()
+
+
+def _is_begin(sql: str) -> bool:
+    return sql[:5].upper() == "BEGIN"
+
+
+def _may_wait(begin: str | None) -> bool:
+    """``BEGIN IMMEDIATE``/``EXCLUSIVE`` waits for the write lock: never on the event loop."""
+    return begin is not None and begin.split()[-1].upper() in {"IMMEDIATE", "EXCLUSIVE"}
+
+
+class OneHopCursor:
+    """The cursor SQLAlchemy's aiosqlite adapter drives: one hop per ``execute``, rows buffered."""
+
+    def __init__(self, connection: OneHopConnection) -> None:
+        self._connection = connection
+        self.description: Description = None
+        self.rowcount = -1
+        self.lastrowid: int | None = None
+        self.arraysize = 1
+        self._rows: list[Any] = []
+        self._position = 0
+
+    async def __aenter__(self) -> OneHopCursor:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def execute(self, sql: str, parameters: Any = None) -> OneHopCursor:
+        return await self._statement(sql, parameters, many=False)
+
+    async def executemany(self, sql: str, parameters: Any) -> OneHopCursor:
+        return await self._statement(sql, parameters, many=True)
+
+    async def _statement(self, sql: str, parameters: Any, *, many: bool) -> OneHopCursor:
+        connection = self._connection
+        if not many and not parameters and _is_begin(sql):
+            connection.held_begin = sql  # sent with the transaction's first statement
+            self.description, self.rowcount, self.lastrowid, self._rows = None, -1, None, []
+            self._position = 0
+            return self
+        begin, connection.held_begin = connection.held_begin, None
+        outcome: Outcome | None = None
+        if not many and sql[:6].upper() == "SELECT" and not _may_wait(begin):
+            outcome, begin = connection.read_here(begin, sql, parameters)
+        if outcome is None:
+            connection.wrote = True  # may have written: its transaction ends on the thread
+            outcome = await connection.on_thread(_run, connection.sqlite, begin, sql, parameters, many)
+        self.description, self.rowcount, self.lastrowid, self._rows = outcome
+        self._position = 0
+        return self
+
+    async def fetchone(self) -> Any:
+        if self._position >= len(self._rows):
+            return None
+        self._position += 1
+        return self._rows[self._position - 1]
+
+    async def fetchmany(self, size: int | None = None) -> list[Any]:
+        start = self._position
+        self._position = min(len(self._rows), start + (size or self.arraysize))
+        return self._rows[start : self._position]
+
+    async def fetchall(self) -> list[Any]:
+        rows = self._rows[self._position :]
+        self._position = len(self._rows)
+        return rows
+
+    async def close(self) -> None:
+        self._rows = []
+        self._position = 0
+
+    async def nextset(self) -> None:
+        return None
+
+    async def setinputsizes(self, *_sizes: Any) -> None:
+        return None
+
+    def setoutputsize(self, *_args: Any) -> None:
+        return None
+
+
+class _CursorOpener:
+    """What ``connection.cursor()`` returns: awaitable and an async context, like aiosqlite's."""
+
+    def __init__(self, cursor: OneHopCursor) -> None:
+        self._cursor = cursor
+
+    def __await__(self) -> Any:
+        async def ready() -> OneHopCursor:
+            return self._cursor
+
+        return ready().__await__()
+
+    async def __aenter__(self) -> OneHopCursor:
+        return self._cursor
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self._cursor.close()
+
+
+class OneHopConnection(aiosqlite.Connection):
+    """An aiosqlite connection whose cursors make one hop per statement (see the module docstring)."""
+
+    def __init__(self, connector: Callable[[], sqlite3.Connection], iter_chunk_size: int = 64) -> None:
+        super().__init__(connector, iter_chunk_size)
+        self.held_begin: str | None = None
+        self._busy_ms: int | None = None  # the connection's busy time-out, restored after a read here
+        self.wrote = False  # a statement of the open transaction ran on the thread (it may have written)
+
+    @property
+    def sqlite(self) -> sqlite3.Connection:
+        return self._conn
+
+    async def on_thread(self, function: Callable[..., Any], *args: Any) -> Any:
+        return await self._execute(function, *args)  # type: ignore[no-untyped-call]
+
+    def read_here(self, begin: str | None, sql: str, parameters: Any) -> tuple[Outcome | None, str | None]:
+        """Try a SELECT on the calling thread: (its outcome, None), or (None, the BEGIN still to send)
+        when it would have waited or run past the budget."""
+        connection = self.sqlite
+        if self._busy_ms is None:
+            self._busy_ms = int(connection.execute("PRAGMA busy_timeout").fetchone()[0])
+        deadline = time.perf_counter() + INLINE_BUDGET_S
+        connection.set_progress_handler(lambda: time.perf_counter() > deadline, 1000)
+        connection.execute("PRAGMA busy_timeout=0")
+        try:
+            if begin is not None:
+                connection.execute(begin)
+                begin = None
+            return _run(connection, None, sql, parameters, False), None
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode in _GIVE_WAY:
+                return None, begin
+            raise
+        finally:
+            connection.set_progress_handler(None, 0)
+            connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+
+    def cursor(self) -> _CursorOpener:  # type: ignore[override]
+        return _CursorOpener(OneHopCursor(self))
+
+    def _open_transaction(self) -> bool:
+        if self.held_begin is not None:  # BEGIN was never sent: there is nothing to end
+            self.held_begin = None
+            return False
+        return self._connection is not None and self.sqlite.in_transaction
+
+    async def commit(self) -> None:
+        await self._end("commit")
+
+    async def rollback(self) -> None:
+        await self._end("rollback")
+
+    async def _end(self, how: str) -> None:
+        if not self._open_transaction():
+            self.wrote = False
+            return
+        end: Callable[[], None] = getattr(self.sqlite, how)
+        if self.wrote:
+            self.wrote = False
+            await self.on_thread(end)
+        else:
+            end()  # the transaction only read: ending it releases a snapshot, no I/O, no wait
+
+
+def connect_one_hop(database: str, **kwargs: Any) -> OneHopConnection:
+    """SQLAlchemy's ``async_creator_fn`` for the aiosqlite dialect: ``connect_args={"async_creator_fn": …}``."""
+
+    def connector() -> sqlite3.Connection:
+        opened: sqlite3.Connection = sqlite3.connect(database, **kwargs)
+        return opened
+
+    connection = OneHopConnection(connector)
+    connection._thread.daemon = True  # like aiosqlite.connect through SQLAlchemy: never blocks exit
+    return connection

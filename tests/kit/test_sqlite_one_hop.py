@@ -1,0 +1,154 @@
+"""The SQLite driver adapter (parley.kit.sqlite): same transactions and errors as aiosqlite, fewer hops.
+
+Real database files, two engines on one file where locking matters. Hops are counted by wrapping the
+connection's thread hand-off, which is the adapter's contract: a read-only transaction makes none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from parley.kit import sqlite as one_hop
+from parley.kit.db import Timeouts, create_engine
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'one.db'}", timeouts=Timeouts(busy=5.0))
+    async with engine.begin() as conn:
+        await conn.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT UNIQUE)"))
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    seen: list[str] = []
+    original = one_hop.OneHopConnection.on_thread
+
+    async def counted(self: one_hop.OneHopConnection, function: Any, *args: Any) -> Any:
+        seen.append(getattr(function, "__name__", repr(function)))
+        return await original(self, function, *args)
+
+    monkeypatch.setattr(one_hop.OneHopConnection, "on_thread", counted)
+    yield seen
+
+
+async def test_the_engine_uses_the_adapter(engine: AsyncEngine) -> None:
+    async with engine.connect() as conn:
+        raw = await conn.get_raw_connection()
+        assert isinstance(raw.driver_connection, one_hop.OneHopConnection)
+
+
+async def test_a_read_only_transaction_makes_no_thread_hop(engine: AsyncEngine, hops: list[str]) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (1, 'a')"))
+    hops.clear()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text("SELECT id, v FROM t WHERE id = :id"), {"id": 1})).all()
+        await conn.commit()
+    assert [tuple(r) for r in rows] == [(1, "a")]
+    assert hops == []
+
+
+async def test_a_write_is_one_hop_with_its_begin_and_one_for_its_commit(
+    engine: AsyncEngine, hops: list[str]
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (2, 'b')"))
+    assert hops == ["_run", "commit"]
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT v FROM t WHERE id = 2"))).scalar_one() == "b"
+
+
+async def test_rollback_discards_writes_and_errors_keep_their_types(engine: AsyncEngine) -> None:
+    async with engine.connect() as conn:
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (3, 'c')"))
+        await conn.rollback()
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (4, 'd')"))
+    with pytest.raises(IntegrityError):
+        async with engine.begin() as conn:
+            await conn.execute(text("INSERT INTO t (id, v) VALUES (5, 'd')"))
+    with pytest.raises(OperationalError):
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT nope FROM t"))
+    async with engine.connect() as conn:
+        ids = (await conn.execute(text("SELECT id FROM t ORDER BY id"))).scalars().all()
+    assert ids == [4]
+
+
+async def test_savepoints_roll_back_only_their_part(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (6, 'e')"))
+        nested = await conn.begin_nested()
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (7, 'f')"))
+        await nested.rollback()
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT id FROM t ORDER BY id"))).scalars().all() == [6]
+
+
+async def test_a_read_sees_one_snapshot_for_its_whole_transaction(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (8, 'g')"))
+    async with engine.connect() as reader:
+        first = (await reader.execute(text("SELECT count(*) FROM t"))).scalar_one()
+        async with engine.begin() as writer:
+            await writer.execute(text("INSERT INTO t (id, v) VALUES (9, 'h')"))
+        again = (await reader.execute(text("SELECT count(*) FROM t"))).scalar_one()
+        await reader.commit()
+        after = (await reader.execute(text("SELECT count(*) FROM t"))).scalar_one()
+    assert (first, again, after) == (1, 1, 2)
+
+
+async def test_a_long_read_moves_to_the_thread_and_still_answers(
+    engine: AsyncEngine, hops: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(one_hop, "INLINE_BUDGET_S", 0.0)  # every read is over budget
+    counting = text(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) SELECT count(*) FROM n"
+    )
+    async with engine.connect() as conn:
+        assert (await conn.execute(counting)).scalar_one() == 200000
+        await conn.commit()
+    assert hops[0] == "_run"
+
+
+async def test_a_read_while_another_connection_writes_neither_waits_nor_fails(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    other = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'one.db'}", timeouts=Timeouts(busy=5.0))
+    try:
+        async with other.begin() as writer:
+            await writer.execute(text("INSERT INTO t (id, v) VALUES (10, 'i')"))  # holds the write lock
+            async with engine.connect() as reader:
+                seen = (await reader.execute(text("SELECT count(*) FROM t"))).scalar_one()
+                await reader.commit()
+            assert seen == 0  # WAL: the reader sees the last commit, without waiting
+    finally:
+        await other.dispose()
+
+
+async def test_writers_on_two_connections_wait_for_each_other(engine: AsyncEngine, tmp_path: Path) -> None:
+    writer_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
+    order: list[str] = []
+
+    async def write(value: int, hold: float) -> None:
+        async with writer_engine.begin() as conn:
+            await conn.execute(text("INSERT INTO t (id, v) VALUES (:i, :v)"), {"i": value, "v": str(value)})
+            order.append(f"in {value}")
+            await asyncio.sleep(hold)
+            order.append(f"out {value}")
+
+    await asyncio.gather(write(11, 0.2), write(12, 0.0))
+    assert order in (["in 11", "out 11", "in 12", "out 12"], ["in 12", "out 12", "in 11", "out 11"])
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 2
