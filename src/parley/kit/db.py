@@ -8,6 +8,7 @@ Every commit of the platform goes through :func:`unit_of_work` (the request depe
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,9 +18,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, Request
 from sqlalchemy import DateTime, MetaData, String, event
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.types import TypeDecorator
+from sqlalchemy.util import await_
 
 from parley.kit.sqlite import connect_one_hop
 
@@ -102,8 +105,9 @@ class Timeouts:
     (``statement_timeout``) and, a little later, by the client (asyncpg's ``command_timeout``, which
     also covers a server that stopped answering). ``busy``: on SQLite, how long a writer waits for
     the write lock. ``recycle``: pooled connections older than this are replaced (load balancers and failovers drop
-    idle connections silently). Every checkout is pinged first (``pool_pre_ping``), so connections
-    broken by a database restart are replaced instead of failing the request.
+    idle connections silently). A PostgreSQL connection that sat idle in the pool for
+    :data:`PING_AFTER_IDLE_S` or longer is pinged before use (one round trip), so connections broken by a
+    database restart are replaced instead of failing the request (see :func:`_ping_idle_connections`).
     """
 
     connect: float = 5.0
@@ -126,12 +130,11 @@ def create_engine(
         )
         _configure_sqlite(engine, timeouts.busy)
         return engine
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size // 2,
         pool_timeout=pool_timeout,
-        pool_pre_ping=True,
         pool_recycle=timeouts.recycle,
         connect_args={
             "timeout": timeouts.connect,
@@ -139,6 +142,40 @@ def create_engine(
             "server_settings": {"statement_timeout": str(int(timeouts.statement * 1000))},
         },
     )
+    _ping_idle_connections(engine)
+    return engine
+
+
+PING_AFTER_IDLE_S = 1.0
+
+
+def _ping_idle_connections(engine: AsyncEngine) -> None:
+    """Ping a pooled PostgreSQL connection before use when it sat idle for a second or more.
+
+    SQLAlchemy's ``pool_pre_ping`` pings every checkout, in a transaction of its own (three round trips:
+    BEGIN, the ping, ROLLBACK), which was the largest part of a simple read (docs/benchmarks.md). A
+    connection given back a moment ago by a request that used it is alive; one that waited in the pool
+    (where a database restart or an idle time-out breaks connections unseen) gets one autocommit round
+    trip, and a dead one is replaced — the pool retries the checkout with a new connection. A connection
+    that breaks while in steady use fails its statement, which answers 503 and invalidates the pool.
+    """
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _stamp_new(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _stamp(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if time.monotonic() - record.info.get("idle_since", 0.0) < PING_AFTER_IDLE_S:
+            return
+        try:
+            await_(dbapi_connection.driver_connection.fetchrow(";"))
+        except Exception as error:  # any failure: this connection is gone, the pool makes another
+            raise DisconnectionError(f"idle connection failed its ping: {type(error).__name__}") from error
 
 
 @dataclass
