@@ -20,7 +20,7 @@ from parley.auth.identity import QUERY_CREDENTIAL_PARAMETERS, IdentityResolver, 
 from parley.auth.identity import require_role as check_role
 from parley.auth.principal import OrgContext, Principal
 from parley.auth.roles import Role
-from parley.kit.db import ReadSession
+from parley.kit.db import Unit
 from parley.kit.errors import Forbidden, ParleyError, Unauthorized
 
 # Declares the bearer scheme in OpenAPI; the header itself is read below for precise error messages.
@@ -105,20 +105,20 @@ async def _org_context(request: Request, session: AsyncSession) -> OrgContext:
 
 # Each alias below is one dependency (beside the bearer scheme, which documents the header in OpenAPI):
 # a request pays FastAPI's per-dependency cost once for its identity, not once per step.
-async def get_principal(request: Request, session: ReadSession, _credentials: Credentials) -> Principal:
-    return await _principal(request, session)
+async def get_principal(request: Request, unit: Unit, _credentials: Credentials) -> Principal:
+    return await _principal(request, unit.open_reader())
 
 
 CurrentPrincipal = Annotated[Principal, Depends(get_principal)]
 
 
-async def get_org_context(request: Request, session: ReadSession, _credentials: Credentials) -> OrgContext:
-    return await _org_context(request, session)
+async def get_org_context(request: Request, unit: Unit, _credentials: Credentials) -> OrgContext:
+    return await _org_context(request, unit.open_reader())
 
 
 def require_role(minimum: Role) -> object:
-    async def check(request: Request, session: ReadSession, _credentials: Credentials) -> OrgContext:
-        context = await _org_context(request, session)
+    async def check(request: Request, unit: Unit, _credentials: Credentials) -> OrgContext:
+        context = await _org_context(request, unit.open_reader())
         check_role(context, minimum)
         return context
 
