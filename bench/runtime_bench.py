@@ -5,10 +5,15 @@
    lookup going to the real order connector (one uvicorn worker) on loopback. The engine's own time
    excludes the wait for the tool (``TurnResult.engine_ms``); the tool wait is reported beside it.
 2. Concurrent sessions: N text sessions at once through the platform's HTTP API (one uvicorn worker,
-   SQLite), each create → order number → "nein", against the same connector. Counts errors and wrong
+   SQLite), each create → order number → "nein" (cost) → "nein" (callback), against the same connector. Counts errors and wrong
    answers and reports request latencies.
 
     .venv/bin/python bench/runtime_bench.py [--turns 1000] [--sessions 500] [--postgres]
+        [--platform-src /path/to/older/src]
+
+The HTTP part also reports the platform process's CPU time per request (user + system, from /proc),
+which a loaded machine disturbs far less than requests per second. ``--platform-src`` serves the
+platform from another source tree (e.g. ``git archive <commit> src``) for a before/after figure.
 
 With ``--postgres`` the platform's database is a fresh one on the PostgreSQL at 127.0.0.1:5432
 (``PARLEY_TEST_PG_DSN``), dropped afterwards.
@@ -46,6 +51,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(target: str, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -117,8 +128,10 @@ async def engine_bench(connector: str, key: str, conversations: int) -> dict[str
             state = ConversationState.from_json(state.to_json())
             turns.append(await engine.handle(state, "eins zwei" if i % 2 else "1 7"))
             state = ConversationState.from_json(state.to_json())
-            turns.append(await engine.handle(state, "nein"))
-            assert state.outcome == "completed", state.end_reason
+            for _ in range(2):  # "no" to the cost, then "no" to the callback (docs/flows.md)
+                state = ConversationState.from_json(state.to_json())
+                turns.append(await engine.handle(state, "nein"))
+            assert state.outcome == "completed", (state.end_reason, [t.text for t in turns])
             if i >= 50:  # warm-up
                 engine_ms += [t.engine_ms for t in turns]
                 tool_ms += [t.tool_ms for t in turns if t.tool_ms]
@@ -170,8 +183,11 @@ async def sessions_bench(platform: str, connector: str, key: str, sessions: int)
             status = await timed(f"/api/sessions/{opening['id']}/messages", {"text": "eins zwei"})
             if status is None:
                 return
-            if "Kosten brutto" not in status["reply"]:
+            if "Kosten wissen" not in status["reply"]:  # the status, then the question about the cost
                 errors.append(f"wrong answer: {status['reply'][:200]}")
+            callback = await timed(f"/api/sessions/{opening['id']}/messages", {"text": "nein"})
+            if callback is None:
+                return
             goodbye = await timed(f"/api/sessions/{opening['id']}/messages", {"text": "nein"})
             if goodbye is not None and goodbye["outcome"] != "completed":
                 errors.append(f"not completed: {goodbye['outcome']}")
@@ -218,6 +234,7 @@ def main() -> None:
     )
     parser.add_argument("--sessions", type=int, default=500, help="Concurrent sessions over HTTP.")
     parser.add_argument("--postgres", action="store_true", help="Run the platform on PostgreSQL.")
+    parser.add_argument("--platform-src", help="Serve the platform from this source tree's src directory.")
     args = parser.parse_args()
     pg_name: str | None = None
     if args.postgres:
@@ -249,6 +266,8 @@ def main() -> None:
         }
         if pg_name is not None:
             platform_env["PARLEY_DATABASE_URL"] = pg_url
+        if args.platform_src:
+            platform_env["PYTHONPATH"] = args.platform_src
         subprocess.run([PYTHON, "-m", "parley", "db", "upgrade"], env=platform_env, check=True, cwd=ROOT)
         connector = start(
             "parley.connector.app:create_app_from_env",
@@ -266,14 +285,17 @@ def main() -> None:
                 f"p99 {figures['engine_p99']:.2f} ms, max {figures['engine_max']:.2f} ms; "
                 f"tool wait (connector on loopback) p50 {figures['tool_p50']:.2f} ms, p99 {figures['tool_p99']:.2f} ms"
             )
+            cpu_before = cpu_seconds(platform.pid)
             result = asyncio.run(
                 sessions_bench(f"http://127.0.0.1:{platform_port}", connector_url, key, args.sessions)
             )
+            cpu_ms = (cpu_seconds(platform.pid) - cpu_before) * 1000 / max(result["requests"], 1)
             print(
                 f"HTTP, {result['sessions']:.0f} concurrent sessions ({result['requests']:.0f} requests) on one "
                 f"worker, {'PostgreSQL' if pg_name else 'SQLite'}: {result['errors']:.0f} errors, {result['still_live']:.0f} left live, "
                 f"{result['wall_s']:.1f} s wall, {result['turns_per_s']:.0f} turns/s, "
-                f"request p50 {result['p50']:.0f} ms, p99 {result['p99']:.0f} ms"
+                f"request p50 {result['p50']:.0f} ms, p99 {result['p99']:.0f} ms; "
+                f"platform CPU {cpu_ms:.2f} ms per request"
             )
         finally:
             errors = [line for line in Path(tmp, "platform.log").read_text().splitlines() if "error" in line]

@@ -388,8 +388,10 @@ class FlowEngine:
             return ""
 
     async def _arender(self, text: str, state: ConversationState, extra: dict[str, Any] | None = None) -> str:
+        if "{" not in text:  # no template syntax: the text is its own rendering
+            return text.strip()
         # In a worker thread: a template within its budget still never holds up the event loop.
-        return await asyncio.to_thread(self._render, text, state, extra) if text else ""
+        return await asyncio.to_thread(self._render, text, state, extra)
 
     def _render_value(self, value: Any, state: ConversationState) -> Any:
         if isinstance(value, str):
