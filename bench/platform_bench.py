@@ -59,14 +59,20 @@ def _wait(url: str, timeout: float = 120) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc): a figure load on other cores hardly moves."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def server(args: list[str], env: dict[str, str], probe: str) -> Iterator[None]:
-    process = subprocess.Popen(
+def server(args: list[str], env: dict[str, str], probe: str) -> Iterator[int]:
+    process = subprocess.Popen(  # taskset execs the server: the pid is the server's
         ["taskset", "-c", "0", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
         _wait(probe)
-        yield
+        yield process.pid
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -92,6 +98,7 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
     for name, value in headers.items():
         command += ["-H", f"{name}: {value}"]
     output = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
+    total = re.search(r"(\d+) requests in", output)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
     errors = re.search(r"Socket errors:.*", output)
@@ -104,12 +111,21 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
         return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 
     return {
+        "requests": float(total.group(1)) if total else 0.0,
         "rps": rps,
         "p50_ms": pct("50"),
         "p99_ms": pct("99"),
         "errors": float(non_2xx.group(1)) if non_2xx else 0.0,
         "socket_errors": 1.0 if errors else 0.0,
     }
+
+
+def measured(pid: int, url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
+    """wrk's figures plus the server's CPU milliseconds per request over the run."""
+    before = cpu_seconds(pid)
+    result = wrk(url, headers, duration)
+    result["cpu_ms"] = (cpu_seconds(pid) - before) * 1000 / max(result["requests"], 1.0)
+    return result
 
 
 def prepare(engine: str, data_dir: Path) -> tuple[dict[str, str], str | None]:
@@ -203,18 +219,18 @@ def main() -> None:
                 for round_index in range(args.rounds):
                     with server(
                         bare, {**bare_env, "PYTHONPATH": str(ROOT)}, f"http://127.0.0.1:{bare_port}/"
-                    ):
+                    ) as pid:
                         results.setdefault("bare ASGI, same JSON", []).append(
-                            wrk(f"http://127.0.0.1:{bare_port}/", {}, args.duration)
+                            measured(pid, f"http://127.0.0.1:{bare_port}/", {}, args.duration)
                         )
                     candidates = [("", env)]
                     if args.before:
                         candidates.append((", before", {**env, "PYTHONPATH": args.before}))
                     for label, candidate_env in candidates:
-                        with server(serve, candidate_env, f"{base}/healthz"):
+                        with server(serve, candidate_env, f"{base}/healthz") as pid:
                             wrk(url, headers, 2)  # warm-up: imports, pool, caches
                             results.setdefault(f"GET /api/api-keys/{{id}} ({engine}{label})", []).append(
-                                wrk(url, headers, args.duration)
+                                measured(pid, url, headers, args.duration)
                             )
                     print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
             finally:
@@ -222,13 +238,17 @@ def main() -> None:
                     drop(database)
 
     baseline = statistics.median(r["rps"] for r in results["bare ASGI, same JSON"])
-    print(f"\n| candidate | req/s (median of {args.rounds}) | × bare ASGI | p50 ms | p99 ms | errors |")
-    print("|---|---|---|---|---|---|")
+    print(
+        f"\n| candidate | req/s (median of {args.rounds}) | × bare ASGI | p50 ms | p99 ms | "
+        "server CPU ms / request | errors |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         rps = statistics.median(r["rps"] for r in runs)
         print(
             f"| {name} | {rps:,.0f} | {rps / baseline:.3f} | {statistics.median(r['p50_ms'] for r in runs):.1f} "
-            f"| {statistics.median(r['p99_ms'] for r in runs):.1f} | {int(sum(r['errors'] for r in runs))} |"
+            f"| {statistics.median(r['p99_ms'] for r in runs):.1f} "
+            f"| {statistics.median(r['cpu_ms'] for r in runs):.3f} | {int(sum(r['errors'] for r in runs))} |"
         )
 
 

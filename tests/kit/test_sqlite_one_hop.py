@@ -152,3 +152,29 @@ async def test_writers_on_two_connections_wait_for_each_other(engine: AsyncEngin
     assert order in (["in 11", "out 11", "in 12", "out 12"], ["in 12", "out 12", "in 11", "out 11"])
     async with engine.connect() as conn:
         assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 2
+
+
+async def test_one_row_writes_under_the_write_lock_make_no_hop(engine: AsyncEngine, hops: list[str]) -> None:
+    writer_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
+    async with writer_engine.begin() as conn:
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (20, 'x')"))  # takes the lock: the thread
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (:i, :v)"), {"i": 21, "v": "y"})
+        await conn.execute(text("UPDATE t SET v=:v WHERE t.id = :i"), {"v": "z", "i": 20})
+        assert hops == ["_run"]
+        await conn.execute(text("UPDATE t SET v=:v WHERE t.v = :old"), {"v": "w", "old": "y"})  # many rows
+    assert hops == ["_run", "_run", "commit"]
+    async with engine.connect() as conn:
+        rows = (await conn.execute(text("SELECT id, v FROM t ORDER BY id"))).all()
+    assert [tuple(r) for r in rows] == [(20, "z"), (21, "w")]
+
+
+async def test_a_failing_write_under_the_lock_rolls_back_cleanly(engine: AsyncEngine) -> None:
+    writer_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
+    with pytest.raises(IntegrityError):
+        async with writer_engine.begin() as conn:
+            await conn.execute(text("INSERT INTO t (id, v) VALUES (30, 'dup')"))
+            await conn.execute(text("INSERT INTO t (id, v) VALUES (:i, :v)"), {"i": 31, "v": "dup"})
+    async with writer_engine.begin() as conn:  # the lock was given back: the next writer goes ahead
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (32, 'ok')"))
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT id FROM t ORDER BY id"))).scalars().all() == [32]

@@ -21,7 +21,7 @@ def request_facts(request: Request) -> RequestFacts:
     client = request.client
     return RequestFacts(
         method=request.method,
-        path=request.url.path,
+        path=request.scope["path"],  # the URL object (urlsplit of the whole URL) is not needed
         ip=client.host if client else None,
         user_agent=request.headers.get("user-agent"),
         request_id=getattr(request.state, "request_id", None),

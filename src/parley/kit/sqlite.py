@@ -21,7 +21,12 @@ loop) and changes what crosses them:
   (another connection recovering the WAL) the busy time-out is 0 during the attempt; a progress handler
   stops any read that passes :data:`INLINE_BUDGET_S`. A stopped or busy read runs again on the thread,
   in the same transaction. A primary-key read takes a few microseconds this way, against a hop's
-  thread switch; a long list or export moves to the thread after at most the budget.
+  thread switch; a long list or export moves to the thread after at most the budget;
+- once the transaction holds SQLite's write lock, a statement that writes one row — an ``INSERT`` of one
+  row, an ``UPDATE`` picked by the primary key (what the ORM's flush sends) — runs on the event loop too:
+  with the lock held it cannot wait for anyone, and one row costs microseconds. Every other write (many
+  rows, a ``DELETE`` that may cascade, anything before the lock is taken) and every ``COMMIT`` that
+  follows a write (which may checkpoint the WAL) stay on the thread.
 
 Nothing else changes: the same ``sqlite3`` connection, errors and transaction boundaries. A held
 ``BEGIN IMMEDIATE`` takes the write lock with the first statement instead of just before it.
@@ -29,6 +34,7 @@ Nothing else changes: the same ``sqlite3`` connection, errors and transaction bo
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -62,6 +68,17 @@ def _run(connection: sqlite3.Connection, begin: str | None, sql: str, parameters
 
 def _is_begin(sql: str) -> bool:
     return sql[:5].upper() == "BEGIN"
+
+
+# One row, found by the primary key or inserted: what the ORM's flush sends for a loaded object.
+_ONE_ROW_WRITE = re.compile(
+    r"INSERT INTO (\w+) \([^()]*\) VALUES \([?, ]*\)"
+    r"|UPDATE (\w+) SET [^()]*? WHERE \2\.id = \?(?: AND \2\.\w+ = \?)*"
+)
+
+
+def _one_row_write(sql: str) -> bool:
+    return _ONE_ROW_WRITE.fullmatch(sql) is not None
 
 
 def _may_wait(begin: str | None) -> bool:
@@ -104,9 +121,20 @@ class OneHopCursor:
         outcome: Outcome | None = None
         if not many and sql[:6].upper() == "SELECT" and not _may_wait(begin):
             outcome, begin = connection.read_here(begin, sql, parameters)
+        elif not many and begin is None and connection.write_locked and _one_row_write(sql):
+            connection.wrote = True
+            outcome = connection.write_here(sql, parameters)
         if outcome is None:
             connection.wrote = True  # may have written: its transaction ends on the thread
-            outcome = await connection.on_thread(_run, connection.sqlite, begin, sql, parameters, many)
+            try:
+                outcome = await connection.on_thread(_run, connection.sqlite, begin, sql, parameters, many)
+            except BaseException:
+                connection.write_locked = False  # SQLite may have ended the transaction: ask again later
+                raise
+            # After BEGIN IMMEDIATE or a write, the transaction holds the write lock until it ends.
+            connection.write_locked = (
+                _may_wait(begin) or sql[:6].upper() != "SELECT" or connection.write_locked
+            )
         self.description, self.rowcount, self.lastrowid, self._rows = outcome
         self._position = 0
         return self
@@ -168,6 +196,7 @@ class OneHopConnection(aiosqlite.Connection):
         self.held_begin: str | None = None
         self._busy_ms: int | None = None  # the connection's busy time-out, restored after a read here
         self.wrote = False  # a statement of the open transaction ran on the thread (it may have written)
+        self.write_locked = False  # the open transaction holds SQLite's write lock
 
     @property
     def sqlite(self) -> sqlite3.Connection:
@@ -198,6 +227,14 @@ class OneHopConnection(aiosqlite.Connection):
             connection.set_progress_handler(None, 0)
             connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
 
+    def write_here(self, sql: str, parameters: Any) -> Outcome | None:
+        """A one-row write under the transaction's own write lock, on the calling thread; None when
+        SQLite is not in the transaction any more (the thread then runs it and reports the error)."""
+        connection = self.sqlite
+        if not connection.in_transaction:
+            return None
+        return _run(connection, None, sql, parameters, False)
+
     def cursor(self) -> _CursorOpener:  # type: ignore[override]
         return _CursorOpener(OneHopCursor(self))
 
@@ -214,6 +251,7 @@ class OneHopConnection(aiosqlite.Connection):
         await self._end("rollback")
 
     async def _end(self, how: str) -> None:
+        self.write_locked = False
         if not self._open_transaction():
             self.wrote = False
             return
