@@ -60,13 +60,14 @@ def _wait(url: str, timeout: float = 120) -> None:
 
 
 @contextmanager
-def server(args: list[str], env: dict[str, str], probe: str) -> Iterator[None]:
+def server(args: list[str], env: dict[str, str], probe: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The server pinned to core 0; yields its process (taskset execs it: the pid is the server's)."""
     process = subprocess.Popen(
         ["taskset", "-c", "0", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
         _wait(probe)
-        yield
+        yield process
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -112,8 +113,12 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
     }
 
 
-def prepare(engine: str, data_dir: Path) -> tuple[dict[str, str], str | None]:
+def prepare(engine: str, data_dir: Path, pythonpath: str | None = None) -> tuple[dict[str, str], str | None]:
+    """A migrated database (SQLite in ``data_dir``, or a new PostgreSQL database) and the server's
+    environment; ``pythonpath`` picks the source tree that migrates and serves it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     env.update(
         {
             "PARLEY_DATA_DIR": str(data_dir),
