@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shutil
 import statistics
@@ -89,6 +90,12 @@ SIGNALS = [
     ("negative_sentiment", "medium"),
     ("caller_repeats", "low"),
 ]
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far (all its threads: the event loop and aiosqlite's), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _iso(value: datetime) -> str:
@@ -405,9 +412,12 @@ def main() -> None:
                                         stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL,
                                     )
-                                results.setdefault(f"{name} ({engine}, {tree.label})", []).append(
-                                    wrk(base + path, tree.headers, args.duration)
+                                used = cpu_seconds(process.pid)
+                                run = wrk(base + path, tree.headers, args.duration)
+                                run["cpu_ms"] = (
+                                    (cpu_seconds(process.pid) - used) * 1000 / max(1.0, run["requests"])
                                 )
+                                results.setdefault(f"{name} ({engine}, {tree.label})", []).append(run)
                                 if spy is not None:
                                     spy.wait()
                     print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
@@ -418,13 +428,18 @@ def main() -> None:
 
     baseline = statistics.median(r["rps"] for r in results["bare ASGI, the first page's bytes"])
     print(f"\nbody bytes: {', '.join(f'{name} {size:,}' for name, size in sizes.items())}")
-    print(f"\n| candidate | req/s (median of {args.rounds}) | × bare ASGI | p50 ms | p99 ms | errors |")
-    print("|---|---|---|---|---|---|")
+    print(
+        f"\n| candidate | req/s (median of {args.rounds}) | × bare ASGI | p50 ms | p99 ms "
+        "| server CPU ms / request | non-2xx + timeouts |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         rps = statistics.median(r["rps"] for r in runs)
+        cpu = statistics.median(r["cpu_ms"] for r in runs) if "cpu_ms" in runs[0] else float("nan")
         print(
             f"| {name} | {rps:,.0f} | {rps / baseline:.3f} | {statistics.median(r['p50_ms'] for r in runs):.1f} "
-            f"| {statistics.median(r['p99_ms'] for r in runs):.1f} | {int(sum(r['errors'] for r in runs))} |"
+            f"| {statistics.median(r['p99_ms'] for r in runs):.1f} | {cpu:.2f} "
+            f"| {int(sum(r['errors'] + r['timeouts'] for r in runs))} |"
         )
 
 

@@ -94,8 +94,10 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
         command += ["-H", f"{name}: {value}"]
     output = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
+    requests = int(re.search(r"(\d+) requests in", output).group(1))  # type: ignore[union-attr]
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
     errors = re.search(r"Socket errors:.*", output)
+    timeouts = re.search(r"Socket errors:.*timeout (\d+)", output)
 
     def pct(label: str) -> float:
         match = re.search(rf"\s{label}%\s+([\d.]+)(us|ms|s)", output)
@@ -106,10 +108,13 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
 
     return {
         "rps": rps,
+        "requests": float(requests),
         "p50_ms": pct("50"),
         "p99_ms": pct("99"),
         "errors": float(non_2xx.group(1)) if non_2xx else 0.0,
         "socket_errors": 1.0 if errors else 0.0,
+        # wrk gives up on a request after 2 s: counted here, and missing from the latency percentiles
+        "timeouts": float(timeouts.group(1)) if timeouts else 0.0,
     }
 
 
