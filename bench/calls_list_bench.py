@@ -16,8 +16,8 @@ over several rounds in one run (the trees' order flips every round); medians are
         [--engines sqlite,postgresql] [--before /path/to/older/src] [--profile out.txt]
 
 ``--before`` adds another source tree (``git archive <commit> src``) with its own database, migrated by
-that tree, as a further candidate. ``--profile`` records the first round's first-page load of this
-tree with py-spy (raw format, 250 Hz) into the given file (``.sqlite``/``.postgresql`` added).
+that tree, as a further candidate. ``--profile out`` records an extra first-page load of each tree in
+the first round with py-spy (raw format, 250 Hz) into ``out.<engine>.<tree>``.
 
 Needs wrk and, for PostgreSQL, the server on 127.0.0.1:5432.
 """
@@ -282,6 +282,25 @@ async def insert_seed(url: str, seeds: list[Seed]) -> None:
         await engine.dispose()
 
 
+def profile(pid: int, output: str, seconds: int) -> subprocess.Popen[bytes]:
+    """py-spy recording the server in the background (for a wrk run started next)."""
+    command = [
+        "record",
+        "-r",
+        "250",
+        "-f",
+        "raw",
+        "--nonblocking",
+        "-o",
+        output,
+        "-p",
+        str(pid),
+        "-d",
+        str(seconds),
+    ]
+    return subprocess.Popen([str(PY_SPY), *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 @dataclass
 class Tree:
     label: str
@@ -334,7 +353,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--engines", default="sqlite,postgresql")
     parser.add_argument("--before", help="another source tree's src directory, run as a candidate too")
-    parser.add_argument("--profile", help="py-spy raw output file for this tree's first-page load")
+    parser.add_argument("--profile", help="py-spy output files' prefix (an extra first-page run per tree)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")
@@ -386,40 +405,22 @@ def main() -> None:
                         )
                     for tree in trees if round_index % 2 == 0 else trees[::-1]:
                         with server(serve, tree.env, f"{base}/healthz") as process:
+                            # warm-up: FastAPI builds its routes lazily, the pool fills, caches load
+                            wrk(base + paths["first page"], tree.headers, 3)
                             for name, path in paths.items():
-                                wrk(base + path, tree.headers, 1)  # warm-up: imports, pool, caches
-                                spy = None
-                                if (
-                                    args.profile
-                                    and round_index == 0
-                                    and tree is trees[0]
-                                    and name == "first page"
-                                ):
-                                    spy = subprocess.Popen(
-                                        [
-                                            *(
-                                                str(PY_SPY),
-                                                "record",
-                                                "-r",
-                                                "250",
-                                                "-f",
-                                                "raw",
-                                                "--nonblocking",
-                                            ),
-                                            *("-o", f"{args.profile}.{engine}", "-p", str(process.pid)),
-                                            *("-d", str(max(1, args.duration - 1))),
-                                        ],
-                                        stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL,
-                                    )
+                                wrk(base + path, tree.headers, 1)
                                 used = cpu_seconds(process.pid)
                                 run = wrk(base + path, tree.headers, args.duration)
                                 run["cpu_ms"] = (
                                     (cpu_seconds(process.pid) - used) * 1000 / max(1.0, run["requests"])
                                 )
                                 results.setdefault(f"{name} ({engine}, {tree.label})", []).append(run)
-                                if spy is not None:
-                                    spy.wait()
+                            if args.profile and round_index == 0:  # an extra run, not among the figures
+                                spy = profile(
+                                    process.pid, f"{args.profile}.{engine}.{tree.label}", args.duration - 1
+                                )
+                                wrk(base + paths["first page"], tree.headers, args.duration)
+                                spy.wait()
                     print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
             finally:
                 for tree in trees:
