@@ -5,7 +5,8 @@ a fixed random seed): the listed organization's 10,000 calls and 1,000 for each 
 organizations, with transcripts, tool calls, per-turn metrics, variables, brain signals, post-call
 analyses and recordings as ``record_call`` writes them, and mixed channels, directions and outcomes.
 Four requests are measured: the first page, a page 5,000 calls further in (``cursor``), and both
-again with the console's outcome filter (``outcome=abandoned``). Before measuring, every tree must
+again with the console's outcome filter (``outcome=abandoned``); a fifth, a caller without calls (an
+empty page), is the floor: everything but the rows. Before measuring, every tree must
 answer every request with the same bytes.
 
 The server is one ``parley serve`` worker pinned to core 0; wrk (64 keep-alive connections) runs on
@@ -57,6 +58,7 @@ LISTED_CALLS = 10_000
 OTHER_ORGANIZATIONS = 3
 OTHER_CALLS = 1_000
 FILTER = ("outcome", "abandoned")
+EMPTY = "empty page (a caller without calls)"
 END = datetime(2026, 11, 20, 18, 0, tzinfo=UTC)
 PY_SPY = Path(sys.executable).parent / "py-spy"
 
@@ -344,6 +346,8 @@ def paths_of(listed: Seed) -> dict[str, str]:
         f"{key}={value}, first page": f"/api/calls?limit=50&{key}={value}",
         f"{key}={value}, cursor": f"/api/calls?limit=50&{key}={value}"
         f"&cursor={encode_cursor(filtered[len(filtered) // 2 - 1])}",
+        # the floor: the same route, dependencies, session and query, with no rows to show
+        EMPTY: "/api/calls?limit=50&caller=%2B4900000000",
     }
 
 
@@ -381,7 +385,7 @@ def main() -> None:
                         for name, path in paths.items():
                             response = httpx.get(base + path, headers=tree.headers, timeout=60)
                             assert response.status_code == 200, response.text
-                            assert len(response.json()["items"]) == 50, name
+                            assert len(response.json()["items"]) == (0 if name == EMPTY else 50), name
                             if bodies.setdefault(name, response.content) != response.content:
                                 sys.exit(f"{engine}: {tree.label} answers {name} differently")
                 sizes.update({name: len(body) for name, body in bodies.items()})
