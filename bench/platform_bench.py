@@ -66,13 +66,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def server(args: list[str], env: dict[str, str], probe: str) -> Iterator[int]:
-    process = subprocess.Popen(  # taskset execs the server: the pid is the server's
+def server(args: list[str], env: dict[str, str], probe: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The server pinned to core 0; yields its process (taskset execs it: the pid is the server's)."""
+    process = subprocess.Popen(
         ["taskset", "-c", "0", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
         _wait(probe)
-        yield process.pid
+        yield process
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -98,10 +99,11 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
     for name, value in headers.items():
         command += ["-H", f"{name}: {value}"]
     output = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
-    total = re.search(r"(\d+) requests in", output)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
+    requests = int(re.search(r"(\d+) requests in", output).group(1))  # type: ignore[union-attr]
     non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
     errors = re.search(r"Socket errors:.*", output)
+    timeouts = re.search(r"Socket errors:.*timeout (\d+)", output)
 
     def pct(label: str) -> float:
         match = re.search(rf"\s{label}%\s+([\d.]+)(us|ms|s)", output)
@@ -111,12 +113,14 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
         return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 
     return {
-        "requests": float(total.group(1)) if total else 0.0,
         "rps": rps,
+        "requests": float(requests),
         "p50_ms": pct("50"),
         "p99_ms": pct("99"),
         "errors": float(non_2xx.group(1)) if non_2xx else 0.0,
         "socket_errors": 1.0 if errors else 0.0,
+        # wrk gives up on a request after 2 s: counted here, and missing from the latency percentiles
+        "timeouts": float(timeouts.group(1)) if timeouts else 0.0,
     }
 
 
@@ -128,8 +132,12 @@ def measured(pid: int, url: str, headers: dict[str, str], duration: int) -> dict
     return result
 
 
-def prepare(engine: str, data_dir: Path) -> tuple[dict[str, str], str | None]:
+def prepare(engine: str, data_dir: Path, pythonpath: str | None = None) -> tuple[dict[str, str], str | None]:
+    """A migrated database (SQLite in ``data_dir``, or a new PostgreSQL database) and the server's
+    environment; ``pythonpath`` picks the source tree that migrates and serves it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
     env.update(
         {
             "PARLEY_DATA_DIR": str(data_dir),
@@ -219,18 +227,18 @@ def main() -> None:
                 for round_index in range(args.rounds):
                     with server(
                         bare, {**bare_env, "PYTHONPATH": str(ROOT)}, f"http://127.0.0.1:{bare_port}/"
-                    ) as pid:
+                    ) as process:
                         results.setdefault("bare ASGI, same JSON", []).append(
-                            measured(pid, f"http://127.0.0.1:{bare_port}/", {}, args.duration)
+                            measured(process.pid, f"http://127.0.0.1:{bare_port}/", {}, args.duration)
                         )
                     candidates = [("", env)]
                     if args.before:
                         candidates.append((", before", {**env, "PYTHONPATH": args.before}))
                     for label, candidate_env in candidates:
-                        with server(serve, candidate_env, f"{base}/healthz") as pid:
+                        with server(serve, candidate_env, f"{base}/healthz") as process:
                             wrk(url, headers, 2)  # warm-up: imports, pool, caches
                             results.setdefault(f"GET /api/api-keys/{{id}} ({engine}{label})", []).append(
-                                measured(pid, url, headers, args.duration)
+                                measured(process.pid, url, headers, args.duration)
                             )
                     print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
             finally:

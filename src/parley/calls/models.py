@@ -18,7 +18,12 @@ class Call(OrgScopedMixin, TimestampMixin, Base):
     """
 
     __tablename__ = "calls"
-    __table_args__ = (Index("ix_calls_organization_id_started_at", "organization_id", "started_at"),)
+    __table_args__ = (
+        Index("ix_calls_organization_id_started_at", "organization_id", "started_at"),
+        # the list's order (newest first by id, keyset pages): walked, never sorted (migration 0016)
+        Index("ix_calls_organization_id_id", "organization_id", "id"),
+        Index("ix_calls_organization_id_caller_id", "organization_id", "caller", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     session_id: Mapped[str] = mapped_column(String(80), nullable=False)

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Depends, Query
 from pydantic import BaseModel
-from sqlalchemy import Select
+from sqlalchemy import Row, Select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
@@ -60,16 +60,34 @@ async def _page_params(
 Pagination = Annotated[PageParams, Depends(_page_params)]
 
 
-async def paginate(
-    session: AsyncSession, stmt: Select[Any], id_column: InstrumentedAttribute[str], params: PageParams
-) -> tuple[list[Any], str | None]:
-    """Run ``stmt`` newest first from the cursor on; return the rows and the next cursor."""
+def _keyset(stmt: Select[Any], id_column: InstrumentedAttribute[str], params: PageParams) -> Select[Any]:
     if params.after_id is not None:
         stmt = stmt.where(id_column < params.after_id)
-    stmt = stmt.order_by(id_column.desc()).limit(params.limit + 1)
-    rows = list((await session.scalars(stmt)).all())
+    return stmt.order_by(id_column.desc()).limit(params.limit + 1)
+
+
+def _page(
+    rows: list[Any], id_column: InstrumentedAttribute[str], params: PageParams
+) -> tuple[list[Any], str | None]:
     next_cursor = None
     if len(rows) > params.limit:
         rows = rows[: params.limit]
         next_cursor = encode_cursor(getattr(rows[-1], id_column.key))
     return rows, next_cursor
+
+
+async def paginate(
+    session: AsyncSession, stmt: Select[Any], id_column: InstrumentedAttribute[str], params: PageParams
+) -> tuple[list[Any], str | None]:
+    """Run ``stmt`` newest first from the cursor on; return the rows and the next cursor."""
+    rows = list((await session.scalars(_keyset(stmt, id_column, params))).all())
+    return _page(rows, id_column, params)
+
+
+async def paginate_rows(
+    session: AsyncSession, stmt: Select[Any], id_column: InstrumentedAttribute[str], params: PageParams
+) -> tuple[list[Row[Any]], str | None]:
+    """:func:`paginate` for a select of columns (``id_column`` among them): rows, not ORM objects, so a
+    list reads only what its items show."""
+    rows = list((await session.execute(_keyset(stmt, id_column, params))).all())
+    return _page(rows, id_column, params)

@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from parley.auth.dependencies import OrgReader
 from parley.calls import service
 from parley.calls.filters import CallFilter
-from parley.calls.models import Call
 from parley.calls.schemas import CallSummaryOut
 from parley.kit.db import DbSession
 from parley.kit.pagination import Page, Pagination, paginate
@@ -32,10 +31,9 @@ async def list_live_sessions(
 @router.get("/calls/history", summary="List Monitoring Calls History", response_model=Page[CallSummaryOut])
 async def list_monitoring_calls_history(
     session: DbSession, context: OrgReader, page: Pagination, filters: CallFilter
-) -> Page[CallSummaryOut]:
+) -> Response:
     """Ended calls, newest first: flow, channel, caller, start, duration, outcome, signal types, turn
     count and mean voice latency. Filter by time range (`since`/`until` on the start), flow, channel,
     outcome, caller and signals."""
-    stmt = service.calls_query(context.organization_id, filters)
-    rows, cursor = await paginate(session, stmt, Call.id, page)
-    return Page[CallSummaryOut](items=[service.to_summary(c) for c in rows], next_cursor=cursor)
+    body = await service.list_calls(session, context.organization_id, filters, page)
+    return Response(body, media_type="application/json")

@@ -1,0 +1,99 @@
+"""The call list reads only the summary columns and renders them itself: it must answer exactly the bytes
+the response model would, and never another organization's calls."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+from sqlalchemy import select
+
+from parley.calls.models import Call
+from parley.calls.schemas import CallSummaryOut
+from parley.calls.service import store_analysis
+from parley.kit.db import Database
+from parley.kit.pagination import Page, encode_cursor
+from parley.kit.responses import JSONBytesResponse
+from tests.calls.conftest import Recorder
+from tests.calls.helpers import START, flow_signal
+from tests.conftest import auth
+from tests.organizations.test_router import ALICE, BOB, create_org
+
+
+async def _as_the_model_renders(database: Database, organization_id: str, limit: int) -> bytes:
+    """The page as the route rendered it before: whole ORM rows validated into the response model."""
+    async with database.sessionmaker() as session:
+        calls = (
+            await session.scalars(
+                select(Call).where(Call.organization_id == organization_id).order_by(Call.id.desc())
+            )
+        ).all()
+    items = [CallSummaryOut.model_validate(call) for call in calls[:limit]]
+    cursor = encode_cursor(calls[limit - 1].id) if len(calls) > limit else None
+    return JSONBytesResponse(
+        Page[CallSummaryOut](items=items, next_cursor=cursor).model_dump(mode="json")
+    ).body
+
+
+async def test_the_list_answers_the_response_models_bytes(
+    client: httpx.AsyncClient, record: Recorder, database: Database
+) -> None:
+    org = str((await create_org(client))["id"])
+    await record(org, started_at=START)  # whole seconds: no fraction in the JSON
+    await record(
+        org,
+        started_at=START + timedelta(minutes=5, microseconds=123_456),
+        channel="web",
+        caller=None,
+        outcome="abandoned",
+        signals=[flow_signal()],
+        turn_metrics=[],  # a text call: null mean latency
+        recording_filename="list-1.wav",
+    )
+    analysed = await record(
+        org, started_at=START + timedelta(minutes=9, microseconds=7), outcome="transferred"
+    )
+    async with database.sessionmaker() as session:
+        call = await session.get_one(Call, analysed.id)
+        store_analysis(
+            call,
+            summary='Inbound phone call, "Rückruf" erbeten — 1 min 35 s.',
+            extracted={"callback_requested": True, "preferred_time": "morgen um 10", "attempts": 2.5},
+            method="variables",
+        )
+        await session.commit()
+
+    for route in ("/api/calls", "/api/monitoring/calls/history"):
+        for limit in (2, 50):
+            response = await client.get(route, params={"limit": limit}, headers=auth(ALICE, org))
+            assert response.status_code == 200, response.text
+            assert response.headers["content-type"] == "application/json"
+            assert response.content == await _as_the_model_renders(database, org, limit), (route, limit)
+
+
+async def test_pages_never_show_another_organizations_calls(
+    client: httpx.AsyncClient, record: Recorder
+) -> None:
+    ours = str((await create_org(client))["id"])
+    theirs = str((await create_org(client, BOB, name="Bob's Garage"))["id"])
+    mine: list[str] = []
+    for minute in range(6):  # interleaved in id order with the other organization's
+        at = START + timedelta(minutes=minute)
+        mine.append((await record(ours, started_at=at, caller="+4930111")).id)
+        await record(theirs, started_at=at + timedelta(seconds=30), caller="+4930111")
+
+    async def walk(**params: str) -> list[str]:
+        seen: list[str] = []
+        cursor = None
+        while True:
+            query = {"limit": "4", **params, **({"cursor": cursor} if cursor else {})}
+            page = (await client.get("/api/calls", params=query, headers=auth(ALICE, ours))).json()
+            seen += [item["id"] for item in page["items"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return seen
+
+    assert await walk() == mine[::-1]
+    assert await walk(caller="+4930111") == mine[::-1]  # the (organization, caller, id) index's path
+    assert await walk(outcome="completed") == mine[::-1]
+    assert await walk(caller="+4930222") == []
