@@ -101,7 +101,14 @@ class SqliteOrderStore(OrderStore):
             raise StoreUnavailable() from exc
 
 
-_PG_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+# InternalClientError: what asyncpg raises on a connection whose backend was killed mid-use.
+_PG_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
 _Waiter = tuple[int, "asyncio.Future[bytes | None]"]
 
 
@@ -208,7 +215,15 @@ class PostgresOrderStore(OrderStore):
             # A checkout per query, not per sender: the key reload queues fairly for a connection.
             async with pool.acquire() as conn:
                 self.queries += 1
-                rows = await conn.fetch(_BATCH_SQL_PG, ids)
+                try:
+                    rows = await conn.fetch(_BATCH_SQL_PG, ids)
+                except asyncpg.PostgresError:
+                    raise  # reported by the server: the connection itself is fine
+                except BaseException:
+                    # Broken, timed out or interrupted: the pool opens a fresh connection instead of
+                    # handing this one out again (there is no reset query that would notice).
+                    conn.terminate()
+                    raise
         except asyncio.CancelledError:
             for _, future in batch:  # the store is closing
                 future.cancel()
