@@ -212,7 +212,7 @@ class PostgresOrderStore(OrderStore):
         ids = list({order_id for order_id, _ in batch})
         try:
             pool = await self._get_pool()
-            # A checkout per query, not per sender: the key reload queues fairly for a connection.
+            # A checkout per query: a sender holds no connection between queries.
             async with pool.acquire() as conn:
                 self.queries += 1
                 try:
