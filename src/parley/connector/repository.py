@@ -1,8 +1,9 @@
 """Data access of the connector.
 
 Read side (the request path): :class:`OrderStore` fetches the pre-serialized payload by primary key
-with the plain driver, ``sqlite3`` inline or an ``asyncpg`` pool, never the ORM: a lookup is one
-indexed read and bytes out. Write side (import, demo): Core upserts in the caller's transaction.
+with the plain driver, never the ORM: ``sqlite3`` inline (one indexed read), or an ``asyncpg`` pool
+on which concurrent lookups share indexed queries; bytes out either way. Write side (import, demo):
+Core upserts in the caller's transaction.
 """
 
 from __future__ import annotations
