@@ -1,10 +1,13 @@
 """Benchmark of the order connector's GET against a bare ASGI app, side by side in one run.
 
     .venv/bin/python bench/connector_bench.py [--orders 20000] [--duration 10] [--rounds 3] [--postgres]
+        [--before-src OTHER_CHECKOUT/src]
 
 Each server runs as one uvicorn worker (httptools, uvloop, no access log) pinned to one core with
 taskset; wrk runs on the other core with 64 keep-alive connections and random ids. Rounds alternate
-baseline and candidate so that noise on a shared machine hits both; medians are reported. Needs
+baseline and candidate so that noise on a shared machine hits both; medians are reported. With
+``--before-src`` the connector of another checkout (e.g. the main branch) runs as a third server in
+every round, on the same database, so a change is measured before/after side by side. Needs
 Debian's wrk (``apt-get install -y wrk``; ``--install-wrk`` does it).
 """
 
@@ -175,16 +178,18 @@ def bench(
         body_file.write_bytes(sample_body(port, key))
     finally:
         stop(proc)
-    results: dict[str, list[Result]] = {"bare": [], label: []}
+    servers: dict[str, tuple[str, dict[str, str], bool]] = {
+        "bare": ("bench.connector_bare:app", {**env, "CONNECTOR_BENCH_BODY": str(body_file)}, False),
+        label: ("parley.connector.app:create_app_from_env", env, True),
+    }
+    if args.before_src:
+        before_env = {**env, "PYTHONPATH": f"{ROOT}:{Path(args.before_src).resolve()}"}
+        servers[f"{label} before"] = ("parley.connector.app:create_app_from_env", before_env, True)
+    results: dict[str, list[Result]] = {name: [] for name in servers}
     for round_no in range(args.rounds):
-        for name in ("bare", label):
+        for name, (target, server_env, factory) in servers.items():
             port = free_port()
-            if name == "bare":
-                proc = start_server(
-                    "bench.connector_bare:app", port, {**env, "CONNECTOR_BENCH_BODY": str(body_file)}, False
-                )
-            else:
-                proc = start_server("parley.connector.app:create_app_from_env", port, env, factory=True)
+            proc = start_server(target, port, server_env, factory)
             try:
                 run_wrk(wrk, port, key, 2, args.orders)  # warm-up
                 result = run_wrk(wrk, port, key, args.duration, args.orders)
@@ -199,7 +204,11 @@ def bench(
     return results
 
 
-def summarize(label: str, results: dict[str, list[Result]]) -> str:
+def summarize(results: dict[str, list[Result]]) -> list[str]:
+    return [_row(label, results) for label in results if label != "bare"]
+
+
+def _row(label: str, results: dict[str, list[Result]]) -> str:
     bare = statistics.median(r.rps for r in results["bare"])
     runs = results[label]
     ratios = [c.rps / b.rps for b, c in zip(results["bare"], runs, strict=True)]
@@ -221,6 +230,12 @@ def main() -> None:
     parser.add_argument(
         "--postgres", action="store_true", help="also measure PostgreSQL (tests/pg.py server)"
     )
+    parser.add_argument(
+        "--before-src", help="also run the connector of this src directory (before/after in one run)"
+    )
+    parser.add_argument(
+        "--sqlite", action=argparse.BooleanOptionalAction, default=True, help="measure SQLite"
+    )
     parser.add_argument("--install-wrk", action="store_true", help="apt-get install wrk when it is missing")
     args = parser.parse_args()
     wrk = ensure_wrk(args.install_wrk)
@@ -240,7 +255,8 @@ def main() -> None:
         }
         body_file = Path(tmp) / "body.json"
         sqlite_env = {**base_env, "PARLEY_CONNECTOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/connector.db"}
-        rows.append(summarize("SQLite", bench("SQLite", sqlite_env, args, wrk, body_file)))
+        if args.sqlite:
+            rows += summarize(bench("SQLite", sqlite_env, args, wrk, body_file))
         if args.postgres:
             sys.path.insert(0, str(ROOT))
             from tests import pg
@@ -248,7 +264,7 @@ def main() -> None:
             name, url = pg.create_database("connector_bench")
             try:
                 pg_env = {**base_env, "PARLEY_CONNECTOR_DATABASE_URL": url}
-                rows.append(summarize("PostgreSQL", bench("PostgreSQL", pg_env, args, wrk, body_file)))
+                rows += summarize(bench("PostgreSQL", pg_env, args, wrk, body_file))
             finally:
                 pg.drop_database(name)
 

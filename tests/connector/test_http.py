@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -17,7 +18,7 @@ from schemathesis.checks import (
 )
 
 from parley.connector.config import ConnectorSettings
-from tests.connector.conftest import LiveServer
+from tests.connector.conftest import DEMO_COUNT, LiveServer
 
 
 def test_curl_equivalent_returns_a_complete_demo_order(live_server: LiveServer, api_key: str) -> None:
@@ -41,6 +42,23 @@ def test_unusual_requests_over_http(live_server: LiveServer, api_key: str) -> No
         # Keep-alive: many requests on one connection.
         for order_id in range(1, 30):
             assert client.get(f"/api/orders/{order_id}", headers={"X-API-Key": api_key}).status_code == 200
+
+
+async def test_concurrent_requests_each_get_their_own_order(live_server: LiveServer, api_key: str) -> None:
+    """64 requests in flight at once (on PostgreSQL they share coalesced queries): every response is
+    the order it asked for, or the 404 of its own id."""
+    ids = [*range(1, 61), 1, 1, 987654, 987655]
+    async with httpx.AsyncClient(
+        base_url=live_server.url, headers={"X-API-Key": api_key}, timeout=60
+    ) as client:
+        responses = await asyncio.gather(*(client.get(f"/api/orders/{i}") for i in ids))
+    for order_id, response in zip(ids, responses, strict=True):
+        if order_id > DEMO_COUNT:
+            assert response.status_code == 404
+            assert response.json()["message"] == f"Order {order_id} was not found."
+        else:
+            assert response.status_code == 200
+            assert response.json()["order"]["id"] == order_id
 
 
 CHECKS = [

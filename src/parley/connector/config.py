@@ -47,7 +47,12 @@ class ConnectorSettings(BaseSettings):
         le=60,
         description="How long the in-memory key table is trusted (revocation delay).",
     )
-    pg_pool_size: int = Field(default=16, ge=1, le=200)
+    pg_pool_size: int = Field(
+        default=4,
+        ge=1,
+        le=200,
+        description="PostgreSQL connections per worker; lookups are coalesced onto all but one of them.",
+    )
     log_level: LogLevel = "INFO"
 
     @property

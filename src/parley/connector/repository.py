@@ -1,8 +1,9 @@
 """Data access of the connector.
 
 Read side (the request path): :class:`OrderStore` fetches the pre-serialized payload by primary key
-with the plain driver, ``sqlite3`` inline or an ``asyncpg`` pool, never the ORM: a lookup is one
-indexed read and bytes out. Write side (import, demo): Core upserts in the caller's transaction.
+with the plain driver, never the ORM: ``sqlite3`` inline (one indexed read), or an ``asyncpg`` pool
+on which concurrent lookups share indexed queries; bytes out either way. Write side (import, demo):
+Core upserts in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from parley.connector.errors import StoreUnavailable
 from parley.connector.models import orders
 
 _PAYLOAD_SQL_SQLITE = "SELECT payload FROM connector_orders WHERE id = ?"
-_PAYLOAD_SQL_PG = "SELECT payload FROM connector_orders WHERE id = $1"
+_BATCH_SQL_PG = "SELECT id, payload FROM connector_orders WHERE id = ANY($1::bigint[])"
 _KEYS_SQL = "SELECT key_id, key_hash, name FROM connector_api_keys WHERE revoked_at IS NULL"
 
 # key id -> (SHA-256 hex of the key, key name)
@@ -101,17 +102,56 @@ class SqliteOrderStore(OrderStore):
             raise StoreUnavailable() from exc
 
 
-_PG_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+# InternalClientError: what asyncpg raises on a connection whose backend was killed mid-use.
+_PG_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+_Waiter = tuple[int, "asyncio.Future[bytes | None]"]
+
+
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """Pool reset that sends nothing: the store only runs SELECTs, so a connection has no session
+    state to clear, and asyncpg's default reset would cost a second round trip per checkout."""
+
+
+def _lookup_error(exc: Exception) -> Exception:
+    """What a waiter of a failed query raises: 503 for a database failure, else the error itself."""
+    if isinstance(exc, (StoreUnavailable, *_PG_ERRORS)):
+        error = StoreUnavailable()
+        error.__cause__ = exc
+        return error
+    return exc
 
 
 class PostgresOrderStore(OrderStore):
-    """A raw asyncpg pool (prepared statements cached per connection), sized to the concurrency."""
+    """A raw asyncpg pool whose order lookups are coalesced.
+
+    Under load, many lookups wait at once; one query and one backend wake-up each is what limited
+    this path. Here a lookup that finds a free connection is sent at once (a lone request waits for
+    nothing), while lookups arriving as every connection is busy queue up and leave together, as one
+    ``WHERE id = ANY($1)`` query, when a connection frees up. A lookup only ever joins a query that
+    has not been sent yet, so every answer is read from the database after its request arrived:
+    coalescing never serves older data than one query per request would.
+    """
 
     def __init__(self, settings: ConnectorSettings) -> None:
         self._dsn = settings.asyncpg_dsn
         self._size = settings.pg_pool_size
+        # One connection stays free for key reloads and health checks, so that they never queue
+        # behind lookups under load (asyncpg's pool does not hand a released connection to the
+        # longest waiter if its releaser asks again first).
+        self._max_senders = max(1, self._size - 1)
         self._pool: asyncpg.Pool | None = None
         self._lock = asyncio.Lock()
+        self._waiting: list[_Waiter] = []  # lookups for the next query, in arrival order
+        self._senders: set[asyncio.Task[None]] = set()  # kept to cancel them on close
+        self._sending = 0  # senders running: counted synchronously, a done callback would lag
+        self._sender_starting = False  # a sender exists that has not yet taken the waiting lookups
+        self.queries = 0  # lookup queries sent: batching is visible to tests and diagnostics
 
     async def _get_pool(self) -> asyncpg.Pool:
         if self._pool is not None:
@@ -120,7 +160,12 @@ class PostgresOrderStore(OrderStore):
             if self._pool is None:
                 try:
                     self._pool = await asyncpg.create_pool(
-                        self._dsn, min_size=1, max_size=self._size, timeout=5, command_timeout=5
+                        self._dsn,
+                        min_size=1,
+                        max_size=self._size,
+                        timeout=5,
+                        command_timeout=5,
+                        reset=_keep_session,
                     )
                 except _PG_ERRORS as exc:
                     raise StoreUnavailable() from exc
@@ -130,17 +175,69 @@ class PostgresOrderStore(OrderStore):
         await self._get_pool()
 
     async def close(self) -> None:
+        for task in list(self._senders):
+            task.cancel()
+        await asyncio.gather(*self._senders, return_exceptions=True)
+        for _, future in self._waiting:
+            future.cancel()
+        self._waiting = []
+        self._sending, self._sender_starting = 0, False  # a sender cancelled before it ran
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
 
     async def payload(self, order_id: int) -> bytes | None:
-        pool = await self._get_pool()
+        future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((order_id, future))
+        # A lookup goes at once while a connection is free; else it waits for the next free one.
+        if not self._sender_starting and self._sending < self._max_senders:
+            self._sender_starting = True
+            self._sending += 1
+            sender = asyncio.create_task(self._send())
+            self._senders.add(sender)
+            sender.add_done_callback(self._senders.discard)
+        return await future
+
+    async def _send(self) -> None:
+        """Send the waiting lookups as one query, then again while more are waiting."""
+        self._sender_starting = False
         try:
-            value: bytes | None = await pool.fetchval(_PAYLOAD_SQL_PG, order_id)
-        except _PG_ERRORS as exc:
-            raise StoreUnavailable() from exc
-        return value
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                await self._answer(batch)
+        finally:
+            # In the same step as the last check of the queue: a lookup queued after it starts a sender.
+            self._sending -= 1
+
+    async def _answer(self, batch: list[_Waiter]) -> None:
+        ids = list({order_id for order_id, _ in batch})
+        try:
+            pool = await self._get_pool()
+            # A checkout per query: a sender holds no connection between queries.
+            async with pool.acquire() as conn:
+                self.queries += 1
+                try:
+                    rows = await conn.fetch(_BATCH_SQL_PG, ids)
+                except asyncpg.PostgresError:
+                    raise  # reported by the server: the connection itself is fine
+                except BaseException:
+                    # Broken, timed out or interrupted: the pool opens a fresh connection instead of
+                    # handing this one out again (there is no reset query that would notice).
+                    conn.terminate()
+                    raise
+        except asyncio.CancelledError:
+            for _, future in batch:  # the store is closing
+                future.cancel()
+            raise
+        except Exception as exc:  # every waiter must be answered, whatever happened
+            for _, future in batch:
+                if not future.done():  # a waiter whose request was cancelled is skipped
+                    future.set_exception(_lookup_error(exc))
+            return
+        found: dict[int, bytes] = {row[0]: row[1] for row in rows}
+        for order_id, future in batch:
+            if not future.done():
+                future.set_result(found.get(order_id))
 
     async def active_keys(self) -> KeyTable:
         pool = await self._get_pool()
