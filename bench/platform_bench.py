@@ -145,6 +145,10 @@ def prepare(engine: str, data_dir: Path, pythonpath: str | None = None) -> tuple
             # Rate limits off (the organization's too: 3,000 a minute would answer 429s).
             "PARLEY_RATE_LIMIT_PER_MINUTE": "0",
             "PARLEY_RATE_LIMIT_ORG_PER_MINUTE": "0",
+            # No offline recognizer: its decoder processes would warm up on the server's pinned core
+            # during the measurement (a text API is measured here, see "Decoder processes" for voice).
+            "PARLEY_VOICE_DECODER_PROCESSES": "0",
+            "PARLEY_VOICE_DECODER_POOL": "0",
         }
     )
     dropped = None
