@@ -178,3 +178,21 @@ async def test_a_failing_write_under_the_lock_rolls_back_cleanly(engine: AsyncEn
         await conn.execute(text("INSERT INTO t (id, v) VALUES (32, 'ok')"))
     async with engine.connect() as conn:
         assert (await conn.execute(text("SELECT id FROM t ORDER BY id"))).scalars().all() == [32]
+
+
+async def test_a_savepoint_does_not_count_as_holding_the_write_lock(
+    engine: AsyncEngine, hops: list[str]
+) -> None:
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT count(*) FROM t"))  # a deferred read transaction
+        nested = await conn.begin_nested()  # SAVEPOINT ... RELEASE: no lock taken
+        await nested.commit()
+        hops.clear()
+        # The first write must take SQLite's lock itself, on the thread (it may wait), not on the loop.
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (51, 'r')"))
+        assert hops == ["_run"]
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (:i, :v)"), {"i": 52, "v": "s"})  # lock held
+        assert hops == ["_run"]
+        await conn.commit()
+    async with engine.connect() as conn:
+        assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 2

@@ -77,6 +77,9 @@ _ONE_ROW_WRITE = re.compile(
 )
 
 
+_WRITES = frozenset({"INSERT", "UPDATE", "DELETE", "REPLAC"})
+
+
 def _one_row_write(sql: str) -> bool:
     return _ONE_ROW_WRITE.fullmatch(sql) is not None
 
@@ -131,9 +134,10 @@ class OneHopCursor:
             except BaseException:
                 connection.write_locked = False  # SQLite may have ended the transaction: ask again later
                 raise
-            # After BEGIN IMMEDIATE or a write, the transaction holds the write lock until it ends.
-            connection.write_locked = (
-                _may_wait(begin) or sql[:6].upper() != "SELECT" or connection.write_locked
+            # After BEGIN IMMEDIATE or a write, the transaction holds the write lock until it ends
+            # (a SAVEPOINT or a PRAGMA takes no lock).
+            connection.write_locked = connection.sqlite.in_transaction and (
+                connection.write_locked or _may_wait(begin) or sql[:6].upper() in _WRITES
             )
         self.description, self.rowcount, self.lastrowid, self._rows = outcome
         self._position = 0
@@ -233,7 +237,18 @@ class OneHopConnection(aiosqlite.Connection):
         connection = self.sqlite
         if not connection.in_transaction:
             return None
-        return _run(connection, None, sql, parameters, False)
+        if self._busy_ms is None:
+            self._busy_ms = int(connection.execute("PRAGMA busy_timeout").fetchone()[0])
+        connection.execute("PRAGMA busy_timeout=0")  # should the lock not be held after all: no wait here
+        try:
+            return _run(connection, None, sql, parameters, False)
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                self.write_locked = False
+                return None  # nothing was written: the thread runs it, waiting as long as it may
+            raise
+        finally:
+            connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
 
     def cursor(self) -> _CursorOpener:  # type: ignore[override]
         return _CursorOpener(OneHopCursor(self))
