@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import shutil
 import statistics
@@ -49,7 +48,7 @@ from sqlalchemy import insert, text  # noqa: E402
 from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
 from ulid import ULID  # noqa: E402
 
-from bench.platform_bench import PY, _free_port, drop, prepare, server, wrk  # noqa: E402
+from bench.platform_bench import PY, _free_port, cpu_seconds, drop, prepare, server, wrk  # noqa: E402
 from parley.brain.models import BrainSignal  # noqa: E402
 from parley.calls.models import Call  # noqa: E402
 from parley.kit.pagination import encode_cursor  # noqa: E402
@@ -92,12 +91,6 @@ SIGNALS = [
     ("negative_sentiment", "medium"),
     ("caller_repeats", "low"),
 ]
-
-
-def cpu_seconds(pid: int) -> float:
-    """The process's CPU time so far (all its threads: the event loop and aiosqlite's), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _iso(value: datetime) -> str:
