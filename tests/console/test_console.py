@@ -356,7 +356,10 @@ def test_yesterdays_calls_a_call_with_transcript_recording_tools_and_latency(
     # tool calls with their arguments and results, latency per turn
     tool = page.locator("article.tool").first
     assert "order" in str(tool.text_content()).lower()
-    assert "12" in str(tool.locator("pre").first.text_content())
+    # the arguments the call recorded (the offline recognizer hears eSpeak's "one two" as 12 most of
+    # the time, and now and then with a digit more: docs/benchmarks.md, "Offline recognition")
+    heard = str(voiced["tool_calls"][0]["arguments"]["order_id"])
+    assert heard.isdigit() and heard in str(tool.locator("pre").first.text_content())
     metrics = page.locator("section", has=page.get_by_role("heading", name="Latency per turn")).locator(
         "tbody tr"
     )
