@@ -46,6 +46,7 @@ from parley.kit.outbound import outbound_policy
 from parley.kit.queue import queue_from_settings
 from parley.kit.ratelimit import limiter_from_settings
 from parley.kit.responses import JSONBytesResponse
+from parley.kit.routing import check_route_classes
 from parley.kit.tracing import install_tracing, instrument_engine, shutdown_tracing
 from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
@@ -239,6 +240,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     # Transfers move the call through telephony, which builds on sessions.
     use_phone_lines(PhoneLine)
     for router in ROUTERS:
+        check_route_classes(router.routes)  # each route must end its request's unit of work
         app.include_router(router)
     # Uploads get their own, larger limits; the routes check their exact limits again.
     upload_limits = {

@@ -196,3 +196,34 @@ async def test_a_savepoint_does_not_count_as_holding_the_write_lock(
         await conn.commit()
     async with engine.connect() as conn:
         assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 2
+
+
+async def test_a_write_after_reads_on_the_loop_still_waits_for_the_lock(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """Reads on the event loop run with no busy time-out; a write on the thread gets it back, so it waits
+    for another connection's write lock instead of failing with 'database is locked'."""
+    other = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'one.db'}", timeouts=Timeouts(busy=5.0))
+    lock_held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_lock() -> None:
+        async with other.begin() as conn:
+            await conn.execute(text("INSERT INTO t (id, v) VALUES (21, 'held')"))
+            lock_held.set()
+            await release.wait()
+
+    try:
+        async with engine.connect() as conn:
+            for _ in range(3):  # reads on the loop: busy time-out 0 meanwhile
+                await conn.execute(text("SELECT count(*) FROM t"))
+            await conn.commit()
+            holder = asyncio.create_task(hold_lock())
+            await lock_held.wait()
+            asyncio.get_running_loop().call_later(0.3, release.set)
+            # The same connection writes: on the thread, waiting for the other's lock.
+            await conn.execute(text("INSERT INTO t (id, v) VALUES (22, 'waited')"))
+            await conn.commit()
+            await holder
+            assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 2
+    finally:
+        await other.dispose()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from parley.admin import service
 from parley.admin.schemas import AdminOrganizationOut
@@ -12,14 +12,15 @@ from parley.auth.models import Organization
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.organizations import service as organizations
 from parley.organizations.schemas import MemberOut
 from parley.telephony import sync
 from parley.telephony.schemas import SyncReport
 
-router = APIRouter(prefix="/api/admin", tags=["Admin"])
+router = ParleyRouter(prefix="/api/admin", tags=["Admin"])
 # Included after telephony's own routes (parley.app) so the API document keeps its order.
-telephony_router = APIRouter(prefix="/api/admin", tags=["Admin"])
+telephony_router = ParleyRouter(prefix="/api/admin", tags=["Admin"])
 
 OrgId = Annotated[str, Path(alias="orgId", max_length=40)]
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from parley.api_keys import service
 from parley.api_keys.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyOut
@@ -13,8 +13,9 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 
-router = APIRouter(prefix="/api/api-keys", tags=["API Keys"])
+router = ParleyRouter(prefix="/api/api-keys", tags=["API Keys"])
 
 KeyId = Annotated[str, Path(alias="keyId", max_length=40, description="API key id (key_...).")]
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, File, Form, Path, Query, Request, UploadFile
+from fastapi import File, Form, Path, Query, Request, UploadFile
 from fastapi.responses import StreamingResponse
 
 from parley.assets import service
@@ -15,10 +15,11 @@ from parley.kit.blobs import BlobStore
 from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, PayloadTooLarge, documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 
-router = APIRouter(prefix="/api/assets", tags=["Assets"])
-uploads_router = APIRouter(prefix="/api/uploads", tags=["System"])
+router = ParleyRouter(prefix="/api/assets", tags=["Assets"])
+uploads_router = ParleyRouter(prefix="/api/uploads", tags=["System"])
 
 AssetId = Annotated[str, Path(alias="assetId", max_length=40, description="Asset id (ast_...).")]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from parley.audit.models import AuditEvent
 from parley.audit.schemas import AuditEventOut
@@ -11,8 +11,9 @@ from parley.audit.service import EventFilters, events_query
 from parley.auth.dependencies import OrgAdmin
 from parley.kit.db import DbSession
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 
-router = APIRouter(prefix="/api/audit", tags=["Audit"])
+router = ParleyRouter(prefix="/api/audit", tags=["Audit"])
 
 
 @router.get("/events", summary="List Audit Events", response_model=Page[AuditEventOut])

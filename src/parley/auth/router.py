@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from parley.auth import service
 from parley.auth.dependencies import CurrentPrincipal
 from parley.auth.schemas import MembershipOut, MeOut
 from parley.kit.db import DbSession
+from parley.kit.routing import ParleyRouter
 
-router = APIRouter(prefix="/api", tags=["Organizations"])
+router = ParleyRouter(prefix="/api", tags=["Organizations"])
 
 
 @router.get("/me", summary="Get Me", response_model=MeOut)

@@ -2,16 +2,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from parley.auth.dependencies import OrgReader
 from parley.billing import service
 from parley.billing.schemas import UsageOut
 from parley.kit.db import DbSession
 from parley.kit.filters import Since, Until
+from parley.kit.routing import ParleyRouter
 from parley.reporting.periods import Granularity, resolve_range
 
-router = APIRouter(prefix="/api/billing", tags=["Billing"])
+router = ParleyRouter(prefix="/api/billing", tags=["Billing"])
 
 
 @router.get("/usage", summary="Get Billing Usage", response_model=UsageOut)

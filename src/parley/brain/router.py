@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
@@ -14,9 +14,10 @@ from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.filters import Since, Until
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import Severity
 
-router = APIRouter(prefix="/api/brain", tags=["Brain"])
+router = ParleyRouter(prefix="/api/brain", tags=["Brain"])
 
 SignalId = Annotated[str, Path(alias="signalId", max_length=40, description="Brain signal id (sig_...).")]
 

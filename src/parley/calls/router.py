@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import Path, Request, Response
 from fastapi.responses import StreamingResponse
 
 from parley.audit.dependencies import describe
@@ -15,10 +15,11 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, documented
 from parley.kit.pagination import Page, Pagination
+from parley.kit.routing import ParleyRouter
 
-router = APIRouter(prefix="/api/calls", tags=["Calls"])
+router = ParleyRouter(prefix="/api/calls", tags=["Calls"])
 # Included after telephony's routes (parley.app) so the API document keeps its order.
-outbound_router = APIRouter(prefix="/api/calls", tags=["Calls"])
+outbound_router = ParleyRouter(prefix="/api/calls", tags=["Calls"])
 
 CallId = Annotated[str, Path(alias="callId", max_length=40, description="Call id (call_...).")]
 Filename = Annotated[

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from parley.audit.dependencies import describe
@@ -31,9 +31,10 @@ from parley.kit.db import DbSession
 from parley.kit.errors import UnsupportedMediaType, documented
 from parley.kit.jobs import runner_for
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut, check_e164
 
-router = APIRouter(prefix="/api/campaigns", tags=["Campaigns"])
+router = ParleyRouter(prefix="/api/campaigns", tags=["Campaigns"])
 
 CampaignId = Annotated[str, Path(alias="campaignId", max_length=40, description="Campaign id (cmp_...).")]
 EntryId = Annotated[str, Path(alias="entryId", max_length=40, description="Do-not-call entry id (dnc_...).")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import Depends, Header, Path, Query, Request
 from fastapi.responses import PlainTextResponse
 
 from parley.audit.dependencies import describe
@@ -29,9 +29,10 @@ from parley.kit.db import DbSession
 from parley.kit.errors import BadRequest, documented
 from parley.kit.jobs import runner_for
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 
-router = APIRouter(prefix="/api/channels", tags=["Channels"])
+router = ParleyRouter(prefix="/api/channels", tags=["Channels"])
 
 RouteId = Annotated[str, Path(alias="routeId", max_length=40, description="Route id (rte_...).")]
 ADDRESS = r"^[A-Za-z0-9_+() .-]+$"  # numbers, account ids and widget keys (keeps NUL bytes out of SQL)

@@ -12,13 +12,14 @@ from functools import cache
 from importlib import resources
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Request
 from starlette.responses import Response
 
 from parley.kit.errors import NotFound
+from parley.kit.routing import ParleyRouter
 from parley.playground.router import content_security_policy
 
-router = APIRouter(include_in_schema=False)
+router = ParleyRouter(include_in_schema=False)
 
 _JS = "text/javascript; charset=utf-8"
 # The files the console is made of; nothing else under static/ is ever served.

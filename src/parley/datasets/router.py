@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import UploadFile
 
@@ -26,9 +26,10 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import PayloadTooLarge, Unprocessable, UnsupportedMediaType, documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 
-router = APIRouter(prefix="/api/datasets", tags=["Datasets"])
+router = ParleyRouter(prefix="/api/datasets", tags=["Datasets"])
 
 DatasetId = Annotated[str, Path(alias="datasetId", max_length=40, description="Dataset id (ds_...).")]
 ItemId = Annotated[str, Path(alias="itemId", max_length=40, description="Dataset item id (dsi_...).")]

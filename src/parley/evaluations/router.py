@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
@@ -23,9 +23,10 @@ from parley.kit.db import DbSession
 from parley.kit.errors import BadRequest, documented
 from parley.kit.jobs import enqueue_after_commit
 from parley.kit.pagination import Page, Pagination, encode_cursor, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 
-router = APIRouter(prefix="/api/evaluations", tags=["Evaluations"])
+router = ParleyRouter(prefix="/api/evaluations", tags=["Evaluations"])
 
 _REF = "#/components/schemas/{}"
 # 422 is either a sentence (an invalid scenario, an empty suite) or FastAPI's field errors.

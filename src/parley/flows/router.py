@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
@@ -27,9 +27,10 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 
-router = APIRouter(prefix="/api/flows", tags=["Flows"])
+router = ParleyRouter(prefix="/api/flows", tags=["Flows"])
 
 FlowId = Annotated[str, Path(alias="flowId", max_length=40, description="Flow id (flow_...).")]
 VersionNumber = Annotated[int, Path(alias="version", ge=1, le=1_000_000, description="Version number.")]

@@ -3,7 +3,7 @@ from __future__ import annotations
 import html
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import Depends, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse
 
 from parley.audit.dependencies import describe, request_facts
@@ -24,9 +24,10 @@ from parley.kit.body import BODY_MODEL_ATTR, ParsedBody, read_body_data, validat
 from parley.kit.db import DbSession, release_reader, unit_of_work
 from parley.kit.errors import ParleyError, documented, error_response
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 
-router = APIRouter(prefix="/api/integrations", tags=["Integrations"])
+router = ParleyRouter(prefix="/api/integrations", tags=["Integrations"])
 
 ProviderKey = Annotated[
     str,

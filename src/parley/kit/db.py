@@ -259,6 +259,19 @@ def _clear_flushed(session: Session, transaction: Any) -> None:
         session.info.pop("_flushed", None)
 
 
+def _has_work(session: AsyncSession) -> bool:
+    """Anything a commit would keep or run: changed objects, flushed writes, hooks."""
+    sync = session.sync_session
+    return bool(
+        sync.new
+        or sync.dirty
+        or sync.deleted
+        or _wrote(sync)
+        or "before_commit" in sync.info
+        or "after_commit" in sync.info
+    )
+
+
 async def _finish(session: AsyncSession) -> None:
     """Commit ``session``'s work: before-commit hooks, the commit, then the after-commit hooks."""
     while hooks := session.info.pop("before_commit", []):  # a hook may register another
@@ -386,10 +399,11 @@ class RequestUnit:
         if session is None:
             return
         try:
-            if commit:
+            if commit and _has_work(session):
                 await _finish(session)
-            else:
+            elif not commit:
                 await session.rollback()
+            # else: it only read; closing ends the read transaction (no commit to pay for)
         finally:
             await session.close()
 
@@ -508,37 +522,41 @@ async def release_reader(request: Request) -> None:
         await unit.release_reader()
 
 
-async def get_request_unit(request: Request) -> AsyncIterator[RequestUnit]:
-    """The request's unit of work, the one dependency that ends it: when the handler returns (before the
-    response is sent, so a failed commit is an error response, never a silent loss) its work commits —
-    the handler's session with everything authentication noted — and on an error nothing of it is kept.
+async def get_request_unit(request: Request) -> RequestUnit:
+    """The request's unit of work. The route class (:class:`parley.kit.routing.UnitOfWorkRoute`) ends it:
+    when the handler returns (before the response is sent, so a failed commit is an error response,
+    never a silent loss) its work commits — the handler's session with everything authentication
+    noted — and on an error nothing of it is kept.
 
     Authentication (``ReadSession``) and the handler (``DbSession``) reach their sessions through it, so
-    a request pays for one dependency with a clean-up, however many sessions it uses.
+    a request opens at most one unit however many sessions it uses.
     """
-    unit = RequestUnit.of(request)
-    try:
-        yield unit
-    except BaseException:
+    return RequestUnit.of(request)
+
+
+async def end_request_unit(request: Request, *, failed: bool) -> None:
+    """Commit (or, when the handler failed, roll back) the request's unit of work, if it opened one."""
+    unit: RequestUnit | None = request.scope.get("state", {}).get("uow")
+    if unit is None or unit.done:
+        return
+    if failed:
         await unit.abort()
-        raise
-    await unit.complete()
+    else:
+        await unit.complete()
 
 
-Unit = Annotated[RequestUnit, Depends(get_request_unit, scope="function")]
-
-
-async def get_read_session(unit: Unit) -> AsyncSession:
+async def get_read_session(request: Request) -> AsyncSession:
     """A short read session for authentication; given back once the handler's session begins."""
-    return unit.open_reader()
+    return RequestUnit.of(request).open_reader()
 
 
-async def get_session(request: Request, unit: Unit) -> AsyncSession:
+async def get_session(request: Request) -> AsyncSession:
     """The handler's session, committed by the request's unit of work when the handler returns."""
-    session = unit.handler_session()
+    session = RequestUnit.of(request).handler_session()
     request.state.db_session = session
     return session
 
 
+Unit = Annotated[RequestUnit, Depends(get_request_unit)]
 DbSession = Annotated[AsyncSession, Depends(get_session)]
 ReadSession = Annotated[AsyncSession, Depends(get_read_session)]

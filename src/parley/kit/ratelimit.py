@@ -58,8 +58,8 @@ class SlidingWindowLimiter:
         self, key: str, now: float | None = None, *, limit: int | None = None, peek: bool = False
     ) -> RateDecision:
         limit = self.limit if limit is None else limit
-        if limit <= 0:
-            return RateDecision(True, 0)
+        if limit <= 0 or (peek and key not in self._buckets):
+            return RateDecision(True, 0)  # nothing counted against the key: a peek changes nothing either
         now = time.monotonic() if now is None else now
         window_index = int(now // self.window)
         current_index, current, previous = self._buckets.pop(key, (window_index, 0, 0))

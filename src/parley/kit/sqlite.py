@@ -134,6 +134,8 @@ class OneHopCursor:
             except BaseException:
                 connection.write_locked = False  # SQLite may have ended the transaction: ask again later
                 raise
+            if sql[:19].upper() == "PRAGMA BUSY_TIMEOUT":
+                connection.forget_busy_timeout()  # set (or read) anew: ask SQLite next time
             # After BEGIN IMMEDIATE or a write, the transaction holds the write lock until it ends
             # (a SAVEPOINT or a PRAGMA takes no lock).
             connection.write_locked = connection.sqlite.in_transaction and (
@@ -198,7 +200,8 @@ class OneHopConnection(aiosqlite.Connection):
     def __init__(self, connector: Callable[[], sqlite3.Connection], iter_chunk_size: int = 64) -> None:
         super().__init__(connector, iter_chunk_size)
         self.held_begin: str | None = None
-        self._busy_ms: int | None = None  # the connection's busy time-out, restored after a read here
+        self._busy_ms: int | None = None  # the connection's configured busy time-out
+        self._busy_now: int | None = None  # the one set now (0 while working on the event loop)
         self.wrote = False  # a statement of the open transaction ran on the thread (it may have written)
         self.write_locked = False  # the open transaction holds SQLite's write lock
 
@@ -206,18 +209,13 @@ class OneHopConnection(aiosqlite.Connection):
     def sqlite(self) -> sqlite3.Connection:
         return self._conn
 
-    async def on_thread(self, function: Callable[..., Any], *args: Any) -> Any:
-        return await self._execute(function, *args)  # type: ignore[no-untyped-call]
-
     def read_here(self, begin: str | None, sql: str, parameters: Any) -> tuple[Outcome | None, str | None]:
         """Try a SELECT on the calling thread: (its outcome, None), or (None, the BEGIN still to send)
         when it would have waited or run past the budget."""
         connection = self.sqlite
-        if self._busy_ms is None:
-            self._busy_ms = int(connection.execute("PRAGMA busy_timeout").fetchone()[0])
         deadline = time.perf_counter() + INLINE_BUDGET_S
         connection.set_progress_handler(lambda: time.perf_counter() > deadline, 1000)
-        connection.execute("PRAGMA busy_timeout=0")
+        self._busy_wait(False)
         try:
             if begin is not None:
                 connection.execute(begin)
@@ -229,7 +227,6 @@ class OneHopConnection(aiosqlite.Connection):
             raise
         finally:
             connection.set_progress_handler(None, 0)
-            connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
 
     def write_here(self, sql: str, parameters: Any) -> Outcome | None:
         """A one-row write under the transaction's own write lock, on the calling thread; None when
@@ -237,9 +234,7 @@ class OneHopConnection(aiosqlite.Connection):
         connection = self.sqlite
         if not connection.in_transaction:
             return None
-        if self._busy_ms is None:
-            self._busy_ms = int(connection.execute("PRAGMA busy_timeout").fetchone()[0])
-        connection.execute("PRAGMA busy_timeout=0")  # should the lock not be held after all: no wait here
+        self._busy_wait(False)  # should the lock not be held after all: no wait here
         try:
             return _run(connection, None, sql, parameters, False)
         except sqlite3.OperationalError as error:
@@ -247,8 +242,25 @@ class OneHopConnection(aiosqlite.Connection):
                 self.write_locked = False
                 return None  # nothing was written: the thread runs it, waiting as long as it may
             raise
-        finally:
-            connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+
+    def _busy_wait(self, allowed: bool) -> None:
+        """SQLite's busy time-out: 0 for work on the event loop, the configured one on the thread.
+        Changed only when the kind of work changes (a PRAGMA costs as much as a primary-key read)."""
+        if self._busy_ms is None:
+            self._busy_ms = int(self.sqlite.execute("PRAGMA busy_timeout").fetchone()[0])
+            self._busy_now = self._busy_ms
+        wanted = self._busy_ms if allowed else 0
+        if self._busy_now != wanted:
+            self.sqlite.execute(f"PRAGMA busy_timeout={wanted}")
+            self._busy_now = wanted
+
+    def forget_busy_timeout(self) -> None:
+        self._busy_ms = self._busy_now = None
+
+    async def on_thread(self, function: Callable[..., Any], *args: Any) -> Any:
+        if self._connection is not None:
+            self._busy_wait(True)  # nothing runs on the thread meanwhile: each statement is awaited
+        return await self._execute(function, *args)  # type: ignore[no-untyped-call]
 
     def cursor(self) -> _CursorOpener:  # type: ignore[override]
         return _CursorOpener(OneHopCursor(self))

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import UploadFile
 
@@ -14,6 +14,7 @@ from parley.kit.db import DbSession
 from parley.kit.errors import PayloadTooLarge, documented
 from parley.kit.jobs import runner_for
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut, StrictModel
 from parley.knowledge import service
 from parley.knowledge.models import KnowledgeDocument
@@ -25,7 +26,7 @@ from parley.knowledge.schemas import (
     KnowledgeTextCreate,
 )
 
-router = APIRouter(prefix="/api/knowledge", tags=["Knowledge"])
+router = ParleyRouter(prefix="/api/knowledge", tags=["Knowledge"])
 
 DocId = Annotated[str, Path(alias="docId", max_length=40, description="Knowledge document id (doc_...).")]
 

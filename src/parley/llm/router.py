@@ -5,19 +5,20 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 import structlog
-from fastapi import APIRouter, Request
+from fastapi import Request
 from starlette.responses import Response
 
 from parley.auth.dependencies import OrgWriter
 from parley.kit.body import ParsedBody
 from parley.kit.db import Database, DbSession, unit_of_work
 from parley.kit.errors import ParleyError, documented
+from parley.kit.routing import ParleyRouter
 from parley.kit.sse import openapi_stream, sse, sse_response
 from parley.llm import service
 from parley.llm.client import StreamEvent, Usage
 from parley.llm.schemas import ChatRequest, ChatResponse
 
-router = APIRouter(prefix="/api/llm", tags=["LLM"])
+router = ParleyRouter(prefix="/api/llm", tags=["LLM"])
 log = structlog.get_logger("parley.llm")
 
 STREAM_DOC = (

@@ -11,15 +11,18 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from starlette.responses import RedirectResponse, Response
 
 from parley.auth.dependencies import limit_by_address
 from parley.kit.errors import ParleyError, documented
+from parley.kit.routing import ParleyRouter
 from parley.login import service
 from parley.login.schemas import LoginOptions, LoginToken
 
-router = APIRouter(prefix="/api/auth/login", tags=["Organizations"], dependencies=[Depends(limit_by_address)])
+router = ParleyRouter(
+    prefix="/api/auth/login", tags=["Organizations"], dependencies=[Depends(limit_by_address)]
+)
 
 START_PATH = "/api/auth/login/start"
 TOKEN_PATH = "/api/auth/login/token"  # noqa: S105 (a path)

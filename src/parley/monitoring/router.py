@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
 from parley.auth.dependencies import OrgReader
 from parley.calls import service
@@ -8,13 +8,14 @@ from parley.calls.filters import CallFilter
 from parley.calls.schemas import CallSummaryOut
 from parley.kit.db import DbSession
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.sessions import service as sessions
 from parley.sessions.models import ConversationSession
 from parley.sessions.schemas import LiveSessionOut
 
-router = APIRouter(prefix="/api/monitoring", tags=["Monitoring"])
+router = ParleyRouter(prefix="/api/monitoring", tags=["Monitoring"])
 # Included before the calls' routes (parley.app) so the API document keeps its order.
-live_router = APIRouter(prefix="/api/monitoring", tags=["Monitoring"])
+live_router = ParleyRouter(prefix="/api/monitoring", tags=["Monitoring"])
 
 
 @live_router.get("/sessions/live", summary="List Live Sessions", response_model=Page[LiveSessionOut])

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
@@ -12,6 +12,7 @@ from parley.kit.errors import documented
 from parley.kit.filters import Since, Until
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.responses import JSONBytesResponse
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut, Severity
 from parley.kit.tenancy import get_owned
 from parley.notifications import service
@@ -31,7 +32,7 @@ from parley.notifications.schemas import (
     TestFailedOut,
 )
 
-router = APIRouter(prefix="/api/notifications", tags=["Notifications"])
+router = ParleyRouter(prefix="/api/notifications", tags=["Notifications"])
 
 ChannelId = Annotated[str, Path(alias="channelId", max_length=40, description="Channel id (nch_...).")]
 RuleId = Annotated[str, Path(alias="ruleId", max_length=40, description="Rule id (nrl_...).")]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import Depends, Path, Request
 
 from parley.api_keys import service as api_keys
 from parley.audit.dependencies import describe, set_organization
@@ -12,6 +12,7 @@ from parley.auth.roles import Role
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import Forbidden, documented
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 from parley.organizations import service
 from parley.organizations.schemas import (
@@ -23,7 +24,7 @@ from parley.organizations.schemas import (
     OrganizationUpdate,
 )
 
-router = APIRouter(prefix="/api/organizations", tags=["Organizations"])
+router = ParleyRouter(prefix="/api/organizations", tags=["Organizations"])
 
 OrgId = Annotated[str, Path(alias="orgId", max_length=40, description="Organization id (org_...).")]
 UserId = Annotated[str, Path(alias="userId", max_length=40)]

@@ -13,12 +13,13 @@ from functools import cache
 from importlib import resources
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Request
 from starlette.responses import Response
 
 from parley.kit.errors import ErrorBody, NotFound
+from parley.kit.routing import ParleyRouter
 
-router = APIRouter(tags=["Playground"])
+router = ParleyRouter(tags=["Playground"])
 
 # The files the page is made of; nothing else under static/ is ever served.
 ASSETS: dict[str, str] = {

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Request
 from pydantic import AfterValidator
 
 from parley.audit.dependencies import describe, request_facts
@@ -10,6 +10,7 @@ from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
 from parley.kit.blobs import BlobStore
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import check_e164
 from parley.privacy import service
 from parley.privacy.schemas import (
@@ -24,7 +25,7 @@ from parley.privacy.schemas import (
     RetentionRunOut,
 )
 
-router = APIRouter(prefix="/api/privacy", tags=["Privacy"])
+router = ParleyRouter(prefix="/api/privacy", tags=["Privacy"])
 
 CallId = Annotated[str, Path(alias="callId", max_length=40, description="Call id (call_...).")]
 PhoneNumber = Annotated[

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 from parley.providers import service
 from parley.providers.catalog import ProviderKind
@@ -18,7 +19,7 @@ from parley.providers.schemas import (
     ProviderTestResult,
 )
 
-router = APIRouter(prefix="/api/providers", tags=["Providers"])
+router = ParleyRouter(prefix="/api/providers", tags=["Providers"])
 
 ProviderKey = Annotated[
     str, Path(alias="key", max_length=40, description="Provider key, e.g. openai, twilio, smtp.")

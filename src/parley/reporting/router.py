@@ -2,17 +2,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from fastapi.responses import Response
 
 from parley.auth.dependencies import OrgReader
 from parley.kit.db import DbSession
 from parley.kit.filters import Since, Until, text_filter
+from parley.kit.routing import ParleyRouter
 from parley.reporting import service
 from parley.reporting.periods import resolve_range
 from parley.reporting.schemas import CallsSummaryOut
 
-router = APIRouter(prefix="/api/reporting", tags=["Reporting"])
+router = ParleyRouter(prefix="/api/reporting", tags=["Reporting"])
 
 _CSV_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {

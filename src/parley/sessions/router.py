@@ -6,7 +6,7 @@ from contextlib import AsyncExitStack
 from typing import Annotated, Any
 
 import structlog
-from fastapi import APIRouter, Depends, Path, Query, Request, WebSocket
+from fastapi import Depends, Path, Query, Request, WebSocket
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
@@ -18,6 +18,7 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession, release_reader
 from parley.kit.errors import ParleyError, documented
 from parley.kit.jobs import runner_for
+from parley.kit.routing import ParleyRouter
 from parley.kit.sse import openapi_stream, sse, sse_response
 from parley.runtime.engine import TurnResult
 from parley.sessions import locks, service
@@ -33,8 +34,8 @@ from parley.sessions.schemas import (
     VoiceIn,
 )
 
-router = APIRouter(prefix="/api/sessions", tags=["Sessions"])
-voice_router = APIRouter(prefix="/api/sessions", tags=["Monitoring"])
+router = ParleyRouter(prefix="/api/sessions", tags=["Sessions"])
+voice_router = ParleyRouter(prefix="/api/sessions", tags=["Monitoring"])
 
 # The audio WebSocket is the voice pipeline's transport (parley.voice.transport_ws), which builds on
 # sessions; the app hands it over at start-up (``app.state.session_audio``), so sessions never import it.

@@ -4,7 +4,7 @@ import platform
 from typing import Literal
 
 import structlog
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from sqlalchemy import func, select
@@ -16,12 +16,13 @@ from parley.kit.db import Database, unit_of_work
 from parley.kit.lifecycle import lifecycle_of
 from parley.kit.metrics import SESSIONS_ACTIVE, exposition
 from parley.kit.responses import JSONBytesResponse
+from parley.kit.routing import ParleyRouter
 from parley.sessions.models import ConversationSession
 from parley.system.health import database_health, redis_health
 
 log = structlog.get_logger("parley.system")
 
-router = APIRouter(tags=["System"])
+router = ParleyRouter(tags=["System"])
 
 
 class Health(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.responses import Response
 
 from parley.audit.dependencies import describe, request_facts
@@ -14,6 +14,7 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import ErrorBody, UnsupportedMediaType, documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 from parley.kit.tenancy import get_owned
 from parley.telephony import handover, service
@@ -33,7 +34,7 @@ from parley.telephony.schemas import (
 )
 from parley.voice.transport_twilio import twilio_media_stream
 
-router = APIRouter(prefix="/api/telephony", tags=["Telephony"])
+router = ParleyRouter(prefix="/api/telephony", tags=["Telephony"])
 
 NumberId = Annotated[str, Path(alias="numberId", max_length=40, description="Phone number id (pn_...).")]
 TrunkId = Annotated[str, Path(alias="trunkId", max_length=40, description="Trunk id (trk_...).")]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgReader, OrgWriter
@@ -10,12 +10,13 @@ from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import documented
 from parley.kit.pagination import Page, Pagination, paginate
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 from parley.tools import service
 from parley.tools.models import Tool
 from parley.tools.schemas import ToolCreate, ToolOut, ToolTestIn, ToolTestOut, ToolType, ToolUpdate
 
-router = APIRouter(prefix="/api/tools", tags=["Tools"])
+router = ParleyRouter(prefix="/api/tools", tags=["Tools"])
 
 ToolId = Annotated[str, Path(alias="toolId", max_length=40, description="Tool id (tool_...).")]
 

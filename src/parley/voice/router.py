@@ -3,7 +3,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Request, UploadFile
+from fastapi import File, Form, Request, UploadFile
 from starlette.responses import Response
 
 from parley.audit.dependencies import describe
@@ -11,12 +11,13 @@ from parley.auth.dependencies import OrgWriter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
 from parley.kit.errors import PayloadTooLarge, documented
+from parley.kit.routing import ParleyRouter
 from parley.voice import capabilities as _capabilities  # noqa: F401  (hands flow validation its engine checks)
 from parley.voice import checks as _checks  # noqa: F401  (registers the offline engines' provider checks)
 from parley.voice import registry, service
 from parley.voice.schemas import SttOut, TtsIn
 
-router = APIRouter(prefix="/api/inference", tags=["Inference"])
+router = ParleyRouter(prefix="/api/inference", tags=["Inference"])
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
 TTS_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 
 from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
@@ -12,6 +12,7 @@ from parley.kit.errors import documented
 from parley.kit.filters import Since, Until
 from parley.kit.pagination import Page, Pagination, paginate
 from parley.kit.responses import JSONBytesResponse
+from parley.kit.routing import ParleyRouter
 from parley.kit.schemas import DeletedOut
 from parley.webhooks import service
 from parley.webhooks.models import WebhookDelivery, WebhookSubscription
@@ -28,7 +29,7 @@ from parley.webhooks.schemas import (
     TestFailedOut,
 )
 
-router = APIRouter(prefix="/api/webhooks", tags=["Webhooks"])
+router = ParleyRouter(prefix="/api/webhooks", tags=["Webhooks"])
 
 SubscriptionId = Annotated[
     str, Path(alias="subscriptionId", max_length=40, description="Subscription id (whs_...).")

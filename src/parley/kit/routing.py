@@ -1,0 +1,72 @@
+"""Parley's router and route classes.
+
+- :class:`UnitOfWorkRoute` ends the request's unit of work with the handler. A dependency with
+  ``yield`` would do the same, but FastAPI pays for one on every request (an exit stack, a cancel
+  scope, a context manager); ending the unit here costs one call, and nothing when the request opened
+  no unit. The app refuses to start with an API route of another class (:func:`check_route_classes`).
+- :class:`ParleyRouter` (every domain's ``router``) uses that route class and answers "no match" at
+  once for a path outside its prefix. FastAPI matches an included router by trying each of its routes
+  in turn (a regular expression and some bookkeeping each, about 1.5 µs); with 36 routers a request
+  used to try every route of every router listed before its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute, APIRouter
+from starlette._utils import get_route_path
+from starlette.routing import BaseRoute, Match
+from starlette.types import Scope
+
+from parley.kit.db import end_request_unit
+
+
+class UnitOfWorkRoute(APIRoute):
+    """Commits the request's unit of work when the handler returns, before the response is sent (a
+    failed commit is an error response, never a silent loss); rolls it back when the handler fails."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle_in_unit(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except BaseException:
+                await end_request_unit(request, failed=True)
+                raise
+            await end_request_unit(request, failed=False)
+            return response
+
+        return handle_in_unit
+
+
+def check_route_classes(routes: Iterable[BaseRoute]) -> None:
+    """Refuse an API route that would never end its unit of work (a router without the route class)."""
+    strays = [
+        f"{sorted(route.methods or ())} {route.path}"
+        for route in routes
+        if isinstance(route, APIRoute) and not isinstance(route, UnitOfWorkRoute)
+    ]
+    if strays:
+        raise RuntimeError(
+            "These routes do not end their unit of work; give their APIRouter "
+            f"route_class=UnitOfWorkRoute: {', '.join(strays)}"
+        )
+
+
+class ParleyRouter(APIRouter):
+    """An ``APIRouter`` whose routes end their unit of work and that skips paths outside its prefix."""
+
+    def __init__(self, *, prefix: str = "", **kwargs: Any) -> None:
+        kwargs.setdefault("route_class", UnitOfWorkRoute)
+        super().__init__(prefix=prefix, **kwargs)
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        # Every route of this router starts with the prefix (FastAPI prepends it to each), so no route
+        # can match (not even partly, for a 405) a path that does not.
+        if self.prefix and not get_route_path(scope).startswith(self.prefix):
+            return Match.NONE, {}
+        return super().matches(scope)
