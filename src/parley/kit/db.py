@@ -464,21 +464,17 @@ class RequestUnit:
         return self.reader
 
     def attach_writer(self, writer: AsyncSession) -> None:
+        # Before the writer's first statement or flush, the reader hands over (the listeners below).
         self.writer = writer
-
-        # Both run inside the writer's greenlet before it takes a connection (and SQLite's write lock):
-        # the reader's connection must be free by then.
-        @event.listens_for(writer.sync_session, "do_orm_execute")
-        def _before_statement(_state: Any) -> None:
-            self._hand_over_sync()
-
-        @event.listens_for(writer.sync_session, "before_flush")
-        def _before_flush(_session: Any, _context: Any, _instances: Any) -> None:
-            self._hand_over_sync()
+        writer.sync_session.info["hand_over_from"] = self
 
     def _adopt_hooks(self, reader: Session) -> None:
         for key in ("before_commit", "after_commit"):
             self.info.setdefault(key, []).extend(reader.info.pop(key, []))
+
+    def hand_over_to(self, writer: Session) -> None:
+        if self.writer is not None and self.writer.sync_session is writer:
+            self._hand_over_sync()
 
     def _hand_over_sync(self) -> None:
         if self.reader is None or self.writer is None:
@@ -512,6 +508,23 @@ class RequestUnit:
             # No handler session will commit: authentication's own changes and hooks commit here.
             async with unit_of_work(self.database, info=self.info) as session:
                 session.add_all(changed)
+
+
+# Both run inside a request writer's greenlet before it takes a connection (and SQLite's write lock):
+# the reader's connection must be free by then. Registered once for every session (a listener per
+# session cost more than the statements of a short request).
+@event.listens_for(Session, "do_orm_execute")
+def _hand_over_before_statement(state: Any) -> None:
+    unit: RequestUnit | None = state.session.info.get("hand_over_from")
+    if unit is not None:
+        unit.hand_over_to(state.session)
+
+
+@event.listens_for(Session, "before_flush")
+def _hand_over_before_flush(session: Session, _context: Any, _instances: Any) -> None:
+    unit: RequestUnit | None = session.info.get("hand_over_from")
+    if unit is not None:
+        unit.hand_over_to(session)
 
 
 async def release_reader(request: Request) -> None:

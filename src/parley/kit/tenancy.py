@@ -20,27 +20,37 @@ def scoped(model: type[T], organization_id: str) -> Select[T]:
     return select(model).where(column == organization_id)
 
 
-# One statement per model, built once: a request's look-up by id binds its two values instead of
-# building a new statement (and its cache key) every time.
-_BY_ID: dict[type[Any], Select[Any]] = {}
+# One statement per model (and lock), built once: a request's look-up by id binds its two values
+# instead of building a new statement (and its cache key) every time.
+_BY_ID: dict[tuple[type[Any], bool], Select[Any]] = {}
 
 
-def _by_id(model: type[T]) -> Select[T]:
-    statement = _BY_ID.get(model)
+def _by_id(model: type[T], lock: bool) -> Select[T]:
+    statement = _BY_ID.get((model, lock))
     if statement is None:
         columns: Any = model
         statement = select(model).where(
             columns.organization_id == bindparam("organization_id"), columns.id == bindparam("resource_id")
         )
-        _BY_ID[model] = statement
+        if lock:
+            statement = statement.with_for_update()
+        _BY_ID[(model, lock)] = statement
     return statement
 
 
 async def get_owned(
-    session: AsyncSession, model: type[T], resource_id: str, organization_id: str, what: str
+    session: AsyncSession,
+    model: type[T],
+    resource_id: str,
+    organization_id: str,
+    what: str,
+    *,
+    lock: bool = False,
 ) -> T:
+    """The organization's row by id (``lock``: ``SELECT ... FOR UPDATE`` where the engine has it); a 404
+    that reads the same for another organization's id as for a missing one."""
     row = await session.scalar(
-        _by_id(model), {"organization_id": organization_id, "resource_id": resource_id}
+        _by_id(model, lock), {"organization_id": organization_id, "resource_id": resource_id}
     )
     if row is None:
         raise NotFound(f"{what} {resource_id!r} was not found in this organization.")

@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 import structlog
-from sqlalchemy import or_
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -43,6 +43,13 @@ log = structlog.get_logger("parley.runtime")
 TOOL_DEADLINE_SECONDS = 30.0
 
 
+# A turn's tools by id or name, built once (building the statement cost more than running it).
+_TOOLS_BY_REF = select(Tool).where(
+    Tool.organization_id == bindparam("organization_id"),
+    or_(Tool.id.in_(bindparam("refs", expanding=True)), Tool.name.in_(bindparam("refs", expanding=True))),
+)
+
+
 class PlatformTools:
     """Runs the organization's tools (by name or id) through ``execute_tool``."""
 
@@ -58,9 +65,7 @@ class PlatformTools:
         if not wanted:
             return
         rows = (
-            await reader.scalars(
-                scoped(Tool, self.organization_id).where(or_(Tool.id.in_(wanted), Tool.name.in_(wanted)))
-            )
+            await reader.scalars(_TOOLS_BY_REF, {"organization_id": self.organization_id, "refs": wanted})
         ).all()
         for ref in wanted:
             self._cache[ref] = next((t for t in rows if t.id == ref), None) or next(

@@ -158,13 +158,7 @@ async def _engine(
 async def get_session(
     session: AsyncSession, organization_id: str, session_id: str, *, lock: bool = False
 ) -> ConversationSession:
-    stmt = scoped(ConversationSession, organization_id).where(ConversationSession.id == session_id)
-    if lock:
-        stmt = stmt.with_for_update()
-    row = await session.scalar(stmt)
-    if row is None:
-        raise NotFound(f"Session {session_id!r} was not found in this organization.")
-    return row
+    return await get_owned(session, ConversationSession, session_id, organization_id, "Session", lock=lock)
 
 
 def _state(row: ConversationSession) -> ConversationState:
