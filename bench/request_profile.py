@@ -1,0 +1,213 @@
+"""Profile one authenticated GET by id in process: CPU per request, and where it goes.
+
+Builds the platform app (``create_app_from_env``) on a fresh SQLite database (or PostgreSQL with
+``--postgresql``), creates an organization and an API key through the API, then sends the same
+``GET /api/api-keys/{id}`` (JWT + ``X-Organization-Id``) as raw ASGI calls, one after another: no HTTP
+server, no client, so the figure is the app's own CPU time per request.
+
+    .venv/bin/python bench/request_profile.py [--requests 4000] [--postgresql]
+
+Where the time goes, with py-spy (``pip install py-spy``; not a project dependency):
+
+    py-spy record -r 300 -f raw -o /tmp/request.raw -- .venv/bin/python bench/request_profile.py
+    .venv/bin/python bench/request_profile.py --shares /tmp/request.raw
+
+``--shares`` reads py-spy's raw output and prints each part of the request's share of the samples
+taken while a request ran, attributing a sample to the innermost part it is in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+# The parts of a request, matched against py-spy's frames from the innermost outwards.
+PARTS = [
+    ("metrics (prometheus-client)", "prometheus_client"),
+    ("logging (structlog)", "structlog"),
+    ("request id (kit/ids)", "kit/ids.py"),
+    ("rate limiter (kit/ratelimit)", "kit/ratelimit.py"),
+    ("identity (auth/)", "parley/auth/"),
+    ("SQLAlchemy (session, ORM, pool)", "sqlalchemy/"),
+    ("SQLite adapter and sqlite3 (kit/sqlite)", "kit/sqlite.py"),
+    ("asyncpg", "asyncpg/"),
+    ("route matching", "matches ("),
+    ("response validation and serialization", "serialize_response"),
+    ("FastAPI dependency solving", "solve_dependencies"),
+    ("the unit of work (kit/db)", "kit/db.py"),
+    ("endpoint and service (api_keys/)", "api_keys/"),
+]
+MIDDLEWARE = "kit/middleware.py"
+REQUEST_FRAME = "request_profile.py:"  # with send_request: samples taken while a request ran
+
+
+def shares(raw_path: str) -> None:
+    counts: collections.Counter[str] = collections.Counter()
+    total = 0
+    with open(raw_path) as raw:
+        for line in raw:
+            stack, _, number = line.rstrip("\n").rpartition(" ")
+            if "send_request (" not in stack or REQUEST_FRAME not in stack:
+                continue
+            samples = int(number)
+            total += samples
+            frames = stack.split(";")
+            if MIDDLEWARE in frames[-1]:
+                counts["Parley's own middleware code"] += samples
+                continue
+            part = next(
+                (name for frame in reversed(frames) for name, marker in PARTS if marker in frame),
+                "FastAPI and Starlette request handling (middleware stack, handler, response)",
+            )
+            counts[part] += samples
+    if not total:
+        sys.exit(f"no request samples in {raw_path}")
+    print(f"{total} samples while a request ran\n\n| part of the request | share |\n|---|---|")
+    for name, samples in counts.most_common():
+        print(f"| {name} | {samples / total * 100:.1f} % |")
+
+
+def _database(engine: str) -> tuple[str | None, str | None]:
+    if engine != "postgresql":
+        return None, None
+    import asyncpg
+
+    name = f"parley_profile_{uuid.uuid4().hex[:8]}"
+
+    async def run(sql: str) -> None:
+        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+        await conn.execute(sql)
+        await conn.close()
+
+    asyncio.run(run(f'CREATE DATABASE "{name}"'))
+    return name, f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
+
+
+def _drop(name: str) -> None:
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
+
+    asyncio.run(run())
+
+
+async def send_request(app: Any, path: str, headers: list[tuple[bytes, bytes]]) -> int:
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    await app(scope, receive, send)
+    return status
+
+
+async def measure(app: Any, token: str, requests: int) -> None:
+    import httpx
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://profile") as client:
+            auth = {"Authorization": f"Bearer {token}"}
+            organization = (
+                await client.post("/api/organizations", json={"name": "Profile"}, headers=auth)
+            ).json()
+            auth["X-Organization-Id"] = organization["id"]
+            key = (await client.post("/api/api-keys", json={"name": "profile"}, headers=auth)).json()
+        path = f"/api/api-keys/{key['id']}"
+        headers = [(name.lower().encode(), value.encode()) for name, value in auth.items()]
+        headers.append((b"host", b"profile"))
+        if (status := await send_request(app, path, headers)) != 200:
+            sys.exit(f"GET {path} answered {status}")
+        for _ in range(500):  # warm-up: caches, pool, statement cache
+            await send_request(app, path, headers)
+        started = time.process_time()
+        for _ in range(requests):
+            await send_request(app, path, headers)
+        elapsed = time.process_time() - started
+        print(
+            f"{requests} requests: {elapsed / requests * 1e6:.0f} µs CPU per request (in process, sequential)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--postgresql", action="store_true", help="a fresh database on 127.0.0.1:5432")
+    parser.add_argument("--shares", metavar="RAW", help="print the shares of a py-spy raw profile instead")
+    args = parser.parse_args()
+    if args.shares:
+        shares(args.shares)
+        return
+    with tempfile.TemporaryDirectory(prefix="parley-profile-") as data_dir:
+        os.environ.update(
+            {
+                "PARLEY_DATA_DIR": data_dir,
+                "PARLEY_LOG_LEVEL": "WARNING",
+                "PARLEY_RATE_LIMIT_PER_MINUTE": "0",
+                "PARLEY_RATE_LIMIT_ORG_PER_MINUTE": "0",
+                "PARLEY_VOICE_DECODER_PROCESSES": "0",
+                "PARLEY_VOICE_DECODER_POOL": "0",
+            }
+        )
+        name, url = _database("postgresql" if args.postgresql else "sqlite")
+        if url:
+            os.environ["PARLEY_DATABASE_URL"] = url
+        try:
+            subprocess.run([sys.executable, "-m", "parley", "db", "upgrade"], check=True, capture_output=True)
+            token = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "parley",
+                    "token",
+                    "create",
+                    "--sub",
+                    "profile-user",
+                    "--ttl",
+                    "86400",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            from parley.app import create_app_from_env
+
+            asyncio.run(measure(create_app_from_env(), token, args.requests))
+        finally:
+            if name:
+                _drop(name)
+
+
+if __name__ == "__main__":
+    main()
