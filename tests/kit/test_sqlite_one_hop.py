@@ -227,3 +227,19 @@ async def test_a_write_after_reads_on_the_loop_still_waits_for_the_lock(
             assert (await conn.execute(text("SELECT count(*) FROM t"))).scalar_one() == 2
     finally:
         await other.dispose()
+
+
+async def test_an_expired_read_budget_never_interrupts_the_busy_time_out_switch(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget's progress handler is set only after the busy time-out is switched: the switch (a
+    PRAGMA) must never be interrupted by a read's budget. CI once saw 'interrupted' from the PRAGMA
+    itself on a loaded machine, outside the read's fallback to the thread."""
+    monkeypatch.setattr(one_hop, "INLINE_BUDGET_S", -1.0)  # every read is over budget at once
+    monkeypatch.setattr(one_hop, "BUDGET_CHECK_STEPS", 1)  # and the budget is looked at every step
+    async with engine.connect() as conn:
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (31, 'thread')"))  # on the thread
+        await conn.commit()
+        # The read switches the busy time-out to 0 (a PRAGMA), then runs out of budget at once and
+        # goes on on the thread.
+        assert (await conn.execute(text("SELECT v FROM t WHERE id = 31"))).scalar_one() == "thread"

@@ -43,6 +43,7 @@ from typing import Any
 import aiosqlite
 
 INLINE_BUDGET_S = 0.002  # a SELECT still running after this long goes on on the connection's thread
+BUDGET_CHECK_STEPS = 1000  # SQLite virtual-machine steps between two looks at the budget
 _GIVE_WAY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT})
 
 Description = tuple[tuple[Any, ...], ...] | None
@@ -213,9 +214,9 @@ class OneHopConnection(aiosqlite.Connection):
         """Try a SELECT on the calling thread: (its outcome, None), or (None, the BEGIN still to send)
         when it would have waited or run past the budget."""
         connection = self.sqlite
+        self._busy_wait(False)  # before the budget starts: a PRAGMA must never be interrupted by it
         deadline = time.perf_counter() + INLINE_BUDGET_S
-        connection.set_progress_handler(lambda: time.perf_counter() > deadline, 1000)
-        self._busy_wait(False)
+        connection.set_progress_handler(lambda: time.perf_counter() > deadline, BUDGET_CHECK_STEPS)
         try:
             if begin is not None:
                 connection.execute(begin)
