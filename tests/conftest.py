@@ -21,8 +21,7 @@ from parley.connector import setup
 from parley.connector.app import create_connector_app
 from parley.connector.config import ConnectorSettings
 from parley.kit.db import Database, create_engine
-from parley.kit.migrate import upgrade
-from tests import pg
+from tests import migrated, pg
 from tests.live import serve_in_thread
 
 JWT_SECRET = "test-secret-" + "x" * 40
@@ -36,17 +35,18 @@ os.environ.setdefault("PARLEY_VOICE_DECODER_POOL", "0")
 os.environ.setdefault("PARLEY_VOICE_DECODER_PROCESSES", "0")
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    migrated.drop_templates()
+
+
 @pytest.fixture(scope="session", params=["sqlite", pg.ENGINE_NAME])
 def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A freshly migrated database: a SQLite file, or a new database on the local PostgreSQL."""
     if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('db') / 'parley.db'}"
-        upgrade(url)
-        yield url
+        yield migrated.sqlite_url(tmp_path_factory.mktemp("db") / "parley.db")
         return
-    name, url = pg.create_database("parley_test")
+    name, url = migrated.postgres("parley_test")
     try:
-        upgrade(url)
         yield url
     finally:
         pg.drop_database(name)

@@ -45,14 +45,16 @@ def worker_id() -> str:
     return os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
-def create_database(prefix: str) -> tuple[str, str]:
+def create_database(prefix: str, template: str | None = None) -> tuple[str, str]:
     """Create a fresh database, named with the worker and a uuid; return its name and its asyncpg URL.
 
-    Parallel workers (``pytest -n 2``) each get databases of their own; the caller drops them.
+    Parallel workers (``pytest -n 2``) each get databases of their own; the caller drops them. With
+    ``template`` the new database is a copy of that one (which nobody may be connected to).
     """
     require_postgres()
     name = f"{prefix}_{worker_id()}_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_admin_execute(f'CREATE DATABASE "{name}"'))
+    copy = f' TEMPLATE "{template}"' if template else ""
+    asyncio.run(_admin_execute(f'CREATE DATABASE "{name}"{copy}'))
     base = ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://", 1)
     return name, f"{base}/{name}"
 

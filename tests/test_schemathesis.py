@@ -31,7 +31,7 @@ from schemathesis.checks import (
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
+from tests import migrated
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 
@@ -39,8 +39,7 @@ from tests.live import serve_in_thread
 @pytest.fixture(scope="module")
 def live_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     data_dir: Path = tmp_path_factory.mktemp("fuzz")
-    url = f"sqlite+aiosqlite:///{data_dir / 'fuzz.db'}"
-    upgrade(url)
+    url = migrated.sqlite_url(data_dir / "fuzz.db")
     app = create_app(
         Settings(
             data_dir=data_dir,

@@ -15,9 +15,9 @@ from sqlalchemy import update
 from parley.app import create_app
 from parley.campaigns.models import CampaignContact
 from parley.config import Settings
-from parley.kit.migrate import upgrade
 from parley.kit.queue import QueueWorker, worker_context
 from parley.worker import load_tasks
+from tests import migrated
 from tests.campaigns.conftest import ALWAYS, CALLER_ID, PUBLIC_URL
 from tests.conftest import JWT_SECRET
 from tests.distributed.conftest import redis_prefix  # noqa: F401  (fixture)
@@ -37,9 +37,7 @@ async def _until(check: Callable[[], bool], attempts: int = 600) -> None:
 
 @pytest.fixture
 def db_file(tmp_path: Path) -> str:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'parley.db'}"
-    upgrade(url)
-    return url
+    return migrated.sqlite_url(tmp_path / "parley.db")
 
 
 async def test_a_worker_on_the_redis_queue_runs_the_campaign(

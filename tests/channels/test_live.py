@@ -12,7 +12,7 @@ import orjson
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
+from tests import migrated
 from tests.channels.conftest import ACCESS_TOKEN, APP_SECRET, VERIFY_TOKEN, echo_flow
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
@@ -27,8 +27,7 @@ def _ok(response: httpx.Response) -> Any:
 def test_quick_messages_of_one_sender_make_one_conversation(
     tmp_path: Path, graph: tuple[str, StubState], graph_state: StubState
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'live.db'}"
-    upgrade(url)
+    url = migrated.sqlite_url(tmp_path / "live.db")
     settings = Settings(
         data_dir=tmp_path,
         database_url=url,

@@ -1,4 +1,4 @@
-"""A migrated database per test module of the console, on SQLite and on PostgreSQL."""
+"""A migrated database per test module of the console, on SQLite and on PostgreSQL (copies of a template)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from parley.kit.migrate import upgrade
-from tests import pg
+from tests import migrated, pg
 
 
 @pytest.fixture(scope="module", params=["sqlite", pg.ENGINE_NAME])
 def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('console_db') / 'parley.db'}"
-        upgrade(url)
-        yield url
+        yield migrated.sqlite_url(tmp_path_factory.mktemp("console_db") / "parley.db")
         return
-    name, url = pg.create_database("parley_console_more")
+    name, url = migrated.postgres("parley_console_more")
     try:
-        upgrade(url)
         yield url
     finally:
         pg.drop_database(name)

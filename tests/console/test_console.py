@@ -31,9 +31,8 @@ from parley.app import create_app
 from parley.calls.models import Call
 from parley.config import Settings, prepare_settings
 from parley.demo.seed import run_seed
-from parley.kit.migrate import upgrade
 from parley.voice.engines.espeak import EspeakTts
-from tests import pg
+from tests import migrated, pg
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 from tests.playground.browser import require_browser
@@ -51,13 +50,10 @@ SLOW_MACHINE_S = 60.0
 @pytest.fixture(scope="module", params=["sqlite", pg.ENGINE_NAME])
 def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('console_db') / 'parley.db'}"
-        upgrade(url)
-        yield url
+        yield migrated.sqlite_url(tmp_path_factory.mktemp("console_db") / "parley.db")
         return
-    name, url = pg.create_database("parley_console")
+    name, url = migrated.postgres("parley_console")
     try:
-        upgrade(url)
         yield url
     finally:
         pg.drop_database(name)

@@ -30,8 +30,7 @@ from moto.server import ThreadedMotoServer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from parley.kit.migrate import upgrade
-from tests import pg
+from tests import migrated, pg
 from tests.conftest import JWT_SECRET, auth, make_token
 from tests.distributed import redis_env
 from tests.live import free_port
@@ -124,7 +123,7 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     redis_env.require_redis()
     prefix = redis_env.new_prefix()
-    db_name, db_url = pg.create_database("parley_cluster")
+    db_name, db_url = migrated.postgres("parley_cluster")
     moto_port = free_port()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=moto_port, verbose=False)
     moto.start()
@@ -160,7 +159,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     cluster = Cluster(root, env)
     try:
-        upgrade(db_url)
         cluster.spawn("api-a", "serve", "--port", str(cluster.port_a))
         cluster.spawn("api-b", "serve", "--port", str(cluster.port_b), "--workers", "2")
         cluster.spawn("worker", "worker", "--concurrency", "2", "--metrics-port", str(cluster.metrics_port))

@@ -23,8 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from parley.kit.migrate import upgrade
-from tests import pg
+from tests import migrated, pg
 from tests.conftest import JWT_SECRET, auth, make_token
 from tests.distributed import redis_env
 from tests.live import free_port
@@ -111,7 +110,7 @@ def until(check: object, attempts: int = 400, pause: float = 0.05) -> None:
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     redis_env.require_redis()
     prefix = redis_env.new_prefix()
-    db_name, db_url = pg.create_database("parley_identity")
+    db_name, db_url = migrated.postgres("parley_identity")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_") and k != "PYTHONPATH"}
     env.update(
         {
@@ -128,7 +127,6 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     )
     pair = Pair(tmp_path_factory.mktemp("identity"), env)
     try:
-        upgrade(db_url)
         pair.start()
         yield pair
     finally:

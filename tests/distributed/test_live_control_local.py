@@ -20,9 +20,9 @@ from websockets.exceptions import ConnectionClosed
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
 from parley.sessions.registry import LocalRegistry
 from parley.voice.transport_ws import Engines
+from tests import migrated
 from tests.conftest import JWT_SECRET, auth, make_token
 from tests.live import serve_in_thread
 from tests.voice.pipeline.fakes import SILENCE, SPEECH, FrameTts, LoudnessVad, ScriptedStt
@@ -61,8 +61,7 @@ TWICE_FLOW = {
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     data_dir: Path = tmp_path_factory.mktemp("live_control")
-    url = f"sqlite+aiosqlite:///{data_dir / 'parley.db'}"
-    upgrade(url)
+    url = migrated.sqlite_url(data_dir / "parley.db")
     settings = Settings(
         data_dir=data_dir,
         database_url=url,
@@ -170,8 +169,7 @@ async def test_voice_on_again_unmutes(live: dict[str, Any]) -> None:
 
 
 async def test_the_idle_sweeper_ends_a_silent_live_stream(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'parley.db'}"
-    await asyncio.to_thread(upgrade, url)
+    url = await asyncio.to_thread(migrated.sqlite_url, tmp_path / "parley.db")
     settings = Settings(
         data_dir=tmp_path,
         database_url=url,

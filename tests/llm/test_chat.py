@@ -16,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.app import create_app
 from parley.config import Settings
 from parley.kit.db import Database
-from parley.kit.migrate import upgrade
 from parley.llm.models import LLMUsage
+from tests import migrated
 from tests.conftest import JWT_SECRET, auth, make_token
 from tests.live import serve_in_thread
 from tests.organizations.test_router import ALICE, BOB, create_org
@@ -222,8 +222,7 @@ async def test_provider_urls_pass_the_ssrf_guard(
 def test_a_client_that_disconnects_cancels_the_upstream_call(
     tmp_path: Path, stub: tuple[str, StubState]
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'p.db'}"
-    upgrade(url)
+    url = migrated.sqlite_url(tmp_path / "p.db")
     app = create_app(
         Settings(
             data_dir=tmp_path,

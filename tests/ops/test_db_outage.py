@@ -19,8 +19,7 @@ import pytest
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
-from tests import pg
+from tests import migrated, pg
 from tests.conftest import JWT_SECRET, auth, make_token
 from tests.live import serve_in_thread
 from tests.ops.proxy import TcpProxy, tcp_proxy
@@ -33,9 +32,8 @@ RECOVERY_DEADLINE = 30.0  # generous bound for "recovers within seconds" on a sh
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    name, url = pg.create_database("parley_ops_outage")
+    name, url = migrated.postgres("parley_ops_outage")
     try:
-        upgrade(url)
         yield url
     finally:
         pg.drop_database(name)

@@ -12,8 +12,7 @@ import pytest
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
-from tests import pg
+from tests import migrated, pg
 from tests.conftest import JWT_SECRET, auth, make_token
 from tests.live import serve_in_thread
 
@@ -39,13 +38,10 @@ def live_settings(data_dir: Path, database_url: str, **overrides: object) -> Set
 @pytest.fixture(scope="module", params=["sqlite", pg.ENGINE_NAME])
 def fresh_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('security') / 'parley.db'}"
-        upgrade(url)
-        yield url
+        yield migrated.sqlite_url(tmp_path_factory.mktemp("security") / "parley.db")
         return
-    name, url = pg.create_database("parley_security")
+    name, url = migrated.postgres("parley_security")
     try:
-        upgrade(url)
         yield url
     finally:
         pg.drop_database(name)

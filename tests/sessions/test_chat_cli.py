@@ -14,7 +14,7 @@ import pytest
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
+from tests import migrated
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 
@@ -32,8 +32,7 @@ GREETER = {
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     data_dir: Path = tmp_path_factory.mktemp("chat")
-    url = f"sqlite+aiosqlite:///{data_dir / 'chat.db'}"
-    upgrade(url)
+    url = migrated.sqlite_url(data_dir / "chat.db")
     settings = Settings(
         data_dir=data_dir,
         database_url=url,

@@ -26,8 +26,8 @@ from starlette.routing import Route
 from parley.app import create_app
 from parley.calls.models import Call
 from parley.config import Settings
-from parley.kit.migrate import upgrade
 from parley.sessions.chat import run_chat
+from tests import migrated
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 from tests.sessions.conftest import Platform
@@ -219,8 +219,7 @@ def live(
     tmp_path_factory: pytest.TempPathFactory, slow_stub: tuple[str, StubState]
 ) -> Iterator[dict[str, Any]]:
     data_dir: Path = tmp_path_factory.mktemp("streaming")
-    url = f"sqlite+aiosqlite:///{data_dir / 'parley.db'}"
-    upgrade(url)
+    url = migrated.sqlite_url(data_dir / "parley.db")
     app = create_app(
         Settings(
             data_dir=data_dir,

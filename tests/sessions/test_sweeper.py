@@ -10,7 +10,7 @@ import pytest
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
+from tests import migrated
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 
@@ -26,8 +26,7 @@ FLOW = {
 
 def test_idle_sessions_end_by_themselves(tmp_path_factory: pytest.TempPathFactory) -> None:
     data_dir: Path = tmp_path_factory.mktemp("sweeper")
-    url = f"sqlite+aiosqlite:///{data_dir / 'sweeper.db'}"
-    upgrade(url)
+    url = migrated.sqlite_url(data_dir / "sweeper.db")
     settings = Settings(
         data_dir=data_dir,
         database_url=url,

@@ -24,8 +24,7 @@ import pytest
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
-from tests import pg
+from tests import migrated, pg
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 
@@ -65,14 +64,11 @@ UPSTREAM_FLOW = {
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database of this test alone (the live server commits for real)."""
     if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'isolation.db'}"
-        upgrade(url)
-        yield url
+        yield migrated.sqlite_url(tmp_path / "isolation.db")
         return
     pg.require_postgres()
-    name, url = pg.create_database("parley_isolation")
+    name, url = migrated.postgres("parley_isolation")
     try:
-        upgrade(url)
         yield url
     finally:
         pg.drop_database(name)

@@ -11,7 +11,7 @@ import pytest
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
+from tests import migrated
 from tests.live import serve_in_thread
 from tests.playground.browser import require_browser
 
@@ -39,8 +39,7 @@ async def test_the_docs_routes_stay_out_of_the_api_description(client: httpx.Asy
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     data_dir = tmp_path_factory.mktemp("docs")
-    url = f"sqlite+aiosqlite:///{data_dir / 'parley.db'}"
-    upgrade(url)
+    url = migrated.sqlite_url(data_dir / "parley.db")
     settings = Settings(data_dir=data_dir, database_url=url, log_level="WARNING", log_json=False)
     with serve_in_thread(create_app(settings)) as base_url:
         yield base_url

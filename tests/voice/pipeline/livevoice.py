@@ -21,9 +21,8 @@ from websockets.exceptions import ConnectionClosed
 
 from parley.app import create_app
 from parley.config import Settings
-from parley.kit.migrate import upgrade
 from parley.voice.transport_ws import Engines
-from tests import pg
+from tests import migrated, pg
 from tests.conftest import JWT_SECRET, make_token
 from tests.live import serve_in_thread
 from tests.voice.pipeline.fakes import FrameTts, LoudnessVad, ScriptedStt
@@ -84,13 +83,10 @@ class Fakes:
 def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated database of the module's own: the server commits for real."""
     if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('voice_db') / 'voice.db'}"
-        upgrade(url)
-        yield url
+        yield migrated.sqlite_url(tmp_path_factory.mktemp("voice_db") / "voice.db")
         return
-    name, url = pg.create_database("parley_voice_ws")
+    name, url = migrated.postgres("parley_voice_ws")
     try:
-        upgrade(url)
         yield url
     finally:
         pg.drop_database(name)
