@@ -26,8 +26,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests import pg
 
 # The parts of a request, matched against py-spy's frames from the innermost outwards.
 PARTS = [
@@ -73,33 +76,6 @@ def shares(raw_path: str) -> None:
     print(f"{total} samples while a request ran\n\n| part of the request | share |\n|---|---|")
     for name, samples in counts.most_common():
         print(f"| {name} | {samples / total * 100:.1f} % |")
-
-
-def _database(engine: str) -> tuple[str | None, str | None]:
-    if engine != "postgresql":
-        return None, None
-    import asyncpg
-
-    name = f"parley_profile_{uuid.uuid4().hex[:8]}"
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
-        await conn.execute(sql)
-        await conn.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
-    return name, f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
-
-
-def _drop(name: str) -> None:
-    import asyncpg
-
-    async def run() -> None:
-        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.close()
-
-    asyncio.run(run())
 
 
 async def send_request(app: Any, path: str, headers: list[tuple[bytes, bytes]]) -> int:
@@ -180,9 +156,9 @@ def main() -> None:
                 "PARLEY_VOICE_DECODER_POOL": "0",
             }
         )
-        name, url = _database("postgresql" if args.postgresql else "sqlite")
-        if url:
-            os.environ["PARLEY_DATABASE_URL"] = url
+        name = None
+        if args.postgresql:
+            name, os.environ["PARLEY_DATABASE_URL"] = pg.create_database("parley_profile")
         try:
             subprocess.run([sys.executable, "-m", "parley", "db", "upgrade"], check=True, capture_output=True)
             token = subprocess.run(
@@ -206,7 +182,7 @@ def main() -> None:
             asyncio.run(measure(create_app_from_env(), token, args.requests))
         finally:
             if name:
-                _drop(name)
+                pg.drop_database(name)
 
 
 if __name__ == "__main__":
