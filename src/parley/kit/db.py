@@ -267,8 +267,8 @@ def _has_work(session: AsyncSession) -> bool:
         or sync.dirty
         or sync.deleted
         or _wrote(sync)
-        or "before_commit" in sync.info
-        or "after_commit" in sync.info
+        or sync.info.get("before_commit")
+        or sync.info.get("after_commit")
     )
 
 
@@ -535,20 +535,15 @@ async def release_reader(request: Request) -> None:
         await unit.release_reader()
 
 
-async def get_request_unit(request: Request) -> RequestUnit:
-    """The request's unit of work. The route class (:class:`parley.kit.routing.UnitOfWorkRoute`) ends it:
-    when the handler returns (before the response is sent, so a failed commit is an error response,
-    never a silent loss) its work commits — the handler's session with everything authentication
-    noted — and on an error nothing of it is kept.
-
-    Authentication (``ReadSession``) and the handler (``DbSession``) reach their sessions through it, so
-    a request opens at most one unit however many sessions it uses.
-    """
-    return RequestUnit.of(request)
-
-
 async def end_request_unit(request: Request, *, failed: bool) -> None:
-    """Commit (or, when the handler failed, roll back) the request's unit of work, if it opened one."""
+    """Commit (or, when the handler failed, roll back) the request's unit of work, if it opened one.
+
+    The route class (:class:`parley.kit.routing.UnitOfWorkRoute`) calls it when the handler returns,
+    before the response is sent (a failed commit is an error response, never a silent loss): the
+    handler's session commits with everything authentication noted; on an error nothing is kept.
+    ``DbSession``, ``ReadSession`` and the identity dependencies reach their sessions through
+    ``RequestUnit.of(request)``, so a request opens at most one unit however many sessions it uses.
+    """
     unit: RequestUnit | None = request.scope.get("state", {}).get("uow")
     if unit is None or unit.done:
         return
@@ -570,6 +565,5 @@ async def get_session(request: Request) -> AsyncSession:
     return session
 
 
-Unit = Annotated[RequestUnit, Depends(get_request_unit)]
 DbSession = Annotated[AsyncSession, Depends(get_session)]
 ReadSession = Annotated[AsyncSession, Depends(get_read_session)]
