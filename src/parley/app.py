@@ -217,6 +217,10 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         lifespan=lifespan,
         default_response_class=JSONBytesResponse,
         generate_unique_id_function=_operation_id,
+        # Parley traces with OpenTelemetry's FastAPI instrumentation when PARLEY_OTEL_ENDPOINT is set
+        # (install_tracing below); FastAPI's own telemetry would only ask, on every request, whether a
+        # global provider has been configured.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     outbound_policy(settings)  # the one outbound (SSRF) policy, built here; every client shares it

@@ -4,6 +4,8 @@
   ``yield`` would do the same, but FastAPI pays for one on every request (an exit stack, a cancel
   scope, a context manager); ending the unit here costs one call, and nothing when the request opened
   no unit. The app refuses to start with an API route of another class (:func:`check_route_classes`).
+  Its handler is a direct one (:mod:`parley.kit.direct`) wherever the route allows: FastAPI's work
+  without its general machinery.
 - :class:`ParleyRouter` (every domain's ``router``) uses that route class and answers "no match" at
   once for a path outside its prefix. FastAPI matches an included router by trying each of its routes
   in turn (a regular expression and some bookkeeping each, about 1.5 µs); with 36 routers a request
@@ -22,6 +24,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import Scope
 
 from parley.kit.db import end_request_unit
+from parley.kit.direct import direct_handler
 
 
 class UnitOfWorkRoute(APIRoute):
@@ -29,7 +32,8 @@ class UnitOfWorkRoute(APIRoute):
     failed commit is an error response, never a silent loss); rolls it back when the handler fails."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
+        general = super().get_route_handler()
+        handler = direct_handler(self, general) or general
 
         async def handle_in_unit(request: Request) -> Response:
             try:

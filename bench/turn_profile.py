@@ -1,0 +1,239 @@
+"""Profile the conversation turn over HTTP in process: CPU per request, and where it goes.
+
+Starts the order connector (one uvicorn worker on loopback, as ``bench/runtime_bench.py`` does), builds
+the platform app in this process on a fresh SQLite database (or PostgreSQL with ``--postgresql``),
+creates an organization, the ``order_lookup`` tool and the demo order flow through the API, then runs
+conversations one after another as raw ASGI calls: ``POST /api/sessions``, the order number, "nein",
+"nein" (four requests, the last one ends the session and writes its call record). No HTTP server and
+no client on the platform's side, so the figure is the app's own CPU time per request; the tool call
+to the connector is real HTTP (its client side is in the figure, the connector's work is not).
+
+    .venv/bin/python bench/turn_profile.py [--conversations 300] [--postgresql]
+
+Where the time goes, with py-spy (``pip install py-spy``; not a project dependency):
+
+    py-spy record -r 300 -f raw -o /tmp/turn.raw -- .venv/bin/python bench/turn_profile.py
+    .venv/bin/python bench/turn_profile.py --shares /tmp/turn.raw
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests import pg
+
+from bench.runtime_bench import free_port, order_flow, prepare_connector, start
+
+REQUEST_FRAME = "turn_profile.py:"
+
+
+def shares(raw_path: str, top: int = 60) -> None:
+    """Inclusive share of each function among the samples taken while a request ran."""
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    with open(raw_path) as raw:
+        for line in raw:
+            stack, _, number = line.rstrip("\n").rpartition(" ")
+            if "send_request (" not in stack or REQUEST_FRAME not in stack:
+                continue
+            samples = int(number)
+            total += samples
+            frames = stack.split(";")
+            start_at = next(i for i, frame in enumerate(frames) if "send_request (" in frame)
+            seen = set()
+            for frame in frames[start_at + 1 :]:
+                name = frame.split(":")[0].split("site-packages/")[-1].split("src/")[-1]
+                if name not in seen:
+                    seen.add(name)
+                    inclusive[name] += samples
+    if not total:
+        sys.exit(f"no request samples in {raw_path}")
+    print(f"{total} samples while a request ran\n\n| function (inclusive) | share |\n|---|---|")
+    for name, samples in inclusive.most_common(top):
+        print(f"| {name} | {samples / total * 100:.1f} % |")
+
+
+async def send_request(
+    app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]], body: dict[str, Any] | None = None
+) -> tuple[int, dict[str, Any]]:
+    payload = json.dumps(body).encode() if body is not None else b""
+    all_headers = [
+        *headers,
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": all_headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    status = 0
+    chunks: list[bytes] = []
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            await asyncio.sleep(3600)
+        sent = True
+        return {"type": "http.request", "body": payload, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    raw = b"".join(chunks)
+    return status, json.loads(raw) if raw else {}
+
+
+async def conversation(app: Any, headers: list[tuple[bytes, bytes]], flow_id: str, i: int) -> None:
+    status, opening = await send_request(
+        app, "POST", "/api/sessions", headers, {"flow_id": flow_id, "channel": "web"}
+    )
+    if status != 200:
+        sys.exit(f"POST /api/sessions answered {status}: {opening}")
+    path = f"/api/sessions/{opening['id']}/messages"
+    status, turn = await send_request(app, "POST", path, headers, {"text": "eins zwei" if i % 2 else "1 7"})
+    if status != 200 or "Kosten wissen" not in turn.get("reply", ""):
+        sys.exit(f"order number turn answered {status}: {turn}")
+    for _ in range(2):
+        status, turn = await send_request(app, "POST", path, headers, {"text": "nein"})
+        if status != 200:
+            sys.exit(f"'nein' answered {status}: {turn}")
+    if turn.get("outcome") != "completed":
+        sys.exit(f"the conversation did not complete: {turn}")
+
+
+async def measure(app: Any, token: str, connector_key: str, conversations: int) -> None:
+    import httpx
+
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://profile") as client:
+            auth = {"Authorization": f"Bearer {token}"}
+            organization = (
+                await client.post("/api/organizations", json={"name": "Profile"}, headers=auth)
+            ).json()
+            auth["X-Organization-Id"] = organization["id"]
+            tool = {"name": "order_lookup", "type": "order_lookup", "secrets": {"api_key": connector_key}}
+            answer = await client.post("/api/tools", json=tool, headers=auth)
+            if answer.status_code != 200:
+                sys.exit(f"POST /api/tools answered {answer.status_code}: {answer.text}")
+            flow = (
+                await client.post(
+                    "/api/flows", json={"name": "Orders", "definition": order_flow()}, headers=auth
+                )
+            ).json()
+            answer = await client.post(f"/api/flows/{flow['id']}/publish", headers=auth)
+            if answer.status_code != 200:
+                sys.exit(f"publish answered {answer.status_code}: {answer.text}")
+        headers = [(name.lower().encode(), value.encode()) for name, value in auth.items()]
+        headers.append((b"host", b"profile"))
+        for i in range(30):  # warm-up: caches, pools, statement caches
+            await conversation(app, headers, flow["id"], i)
+        started = time.process_time()
+        for i in range(conversations):
+            await conversation(app, headers, flow["id"], i)
+        elapsed = time.process_time() - started
+        requests = conversations * 4
+        print(
+            f"{conversations} conversations ({requests} requests): "
+            f"{elapsed / requests * 1e3:.2f} ms CPU per request (in process, sequential)"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conversations", type=int, default=300)
+    parser.add_argument("--postgresql", action="store_true", help="a fresh database on 127.0.0.1:5432")
+    parser.add_argument("--shares", metavar="RAW", help="print the shares of a py-spy raw profile instead")
+    args = parser.parse_args()
+    if args.shares:
+        shares(args.shares)
+        return
+    with tempfile.TemporaryDirectory(prefix="parley-turn-profile-") as tmp:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+        connector_env = {
+            **base,
+            "PARLEY_CONNECTOR_DATA_DIR": f"{tmp}/connector",
+            "PARLEY_CONNECTOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/connector.db",
+            "PARLEY_CONNECTOR_RATE_LIMIT": "0",
+            "PARLEY_CONNECTOR_LOG_LEVEL": "WARNING",
+        }
+        connector_key = prepare_connector(connector_env)
+        connector_port = free_port()
+        connector = start(
+            "parley.connector.app:create_app_from_env",
+            connector_port,
+            connector_env,
+            Path(tmp, "connector.log"),
+        )
+        os.environ.update(
+            {
+                "PARLEY_DATA_DIR": f"{tmp}/platform",
+                "PARLEY_CONNECTOR_URL": f"http://127.0.0.1:{connector_port}",
+                "PARLEY_LOG_LEVEL": "WARNING",
+                "PARLEY_RATE_LIMIT_PER_MINUTE": "0",
+                "PARLEY_RATE_LIMIT_ORG_PER_MINUTE": "0",
+                "PARLEY_VOICE_DECODER_PROCESSES": "0",
+                "PARLEY_VOICE_DECODER_POOL": "0",
+            }
+        )
+        name = None
+        if args.postgresql:
+            name, os.environ["PARLEY_DATABASE_URL"] = pg.create_database("parley_turn_profile")
+        try:
+            subprocess.run([sys.executable, "-m", "parley", "db", "upgrade"], check=True, capture_output=True)
+            token = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "parley",
+                    "token",
+                    "create",
+                    "--sub",
+                    "profile-user",
+                    "--ttl",
+                    "86400",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            from parley.app import create_app_from_env
+
+            asyncio.run(measure(create_app_from_env(), token, connector_key, args.conversations))
+        finally:
+            connector.kill()
+            connector.wait()
+            if name:
+                pg.drop_database(name)
+
+
+if __name__ == "__main__":
+    main()

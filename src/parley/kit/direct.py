@@ -1,0 +1,272 @@
+"""Direct request handlers: FastAPI's work for a plain route, without its general machinery.
+
+FastAPI's request handler is general: for every request it builds a throw-away ``Response`` for
+dependencies that never use it, parses the query string, the cookies and the headers whether or not
+a parameter reads them, walks the dependency tree recursively with a cache keyed per dependency, and
+enters telemetry contexts. For Parley's common route (a few path, query or body parameters and
+dependencies that take only the ``Request``, such as the identity) that is most of FastAPI's
+per-request cost.
+
+:func:`direct_handler` compiles such a route into a handler that does the same work in a straight
+line, with FastAPI's own functions: ``request_params_to_args`` and ``request_body_to_args`` validate
+the parameters, ``serialize_response`` validates and serializes the result. It serves only the
+request whose parameters are valid; anything else is handed, untouched, to FastAPI's own handler
+before any dependency has run: invalid input (so the 422 body, and the order "dependencies first,
+then validation errors", are FastAPI's), a body that is not plain JSON, dependency overrides (tests)
+and FastAPI's native telemetry. A route that uses anything else (a generator dependency, a
+``Response`` or ``BackgroundTasks`` parameter, a dependency with parameters of its own, a form,
+streaming) is not compiled at all.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request, Response, params
+from fastapi.dependencies.models import Dependant
+from fastapi.dependencies.utils import request_body_to_args, request_params_to_args
+from fastapi.routing import APIRoute, serialize_response
+from fastapi.utils import is_body_allowed_for_status_code
+from starlette.responses import StreamingResponse
+
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+try:  # FastAPI's own modules of the versions this was written against; without them: no compiling
+    from fastapi import routing as _fastapi_routing
+    from fastapi.datastructures import DefaultPlaceholder
+    from fastapi.routing import _extract_endpoint_context
+    from fastapi.telemetry._api import get_telemetry_data
+except ImportError:  # pragma: no cover - another FastAPI version
+    _COMPILABLE = False
+else:
+    _COMPILABLE = True
+
+
+def _is_plain_coroutine(call: Any) -> bool:
+    if inspect.isclass(call):
+        return False
+    function = call if inspect.isroutine(call) else getattr(call, "__call__", None)  # noqa: B004
+    return inspect.iscoroutinefunction(function) and not inspect.isasyncgenfunction(function)
+
+
+_PARAM_SOURCES = ("path_params", "query_params", "header_params", "cookie_params")
+
+
+class _Step:
+    """One dependency call: its own parameters (validated with the route's), the request, and the
+    values of the dependencies it depends on (earlier steps)."""
+
+    __slots__ = ("call", "fields", "inputs", "request_name", "same_as")
+
+    def __init__(self, call: Callable[..., Any], same_as: int = -1) -> None:
+        self.call = call
+        self.fields: list[tuple[str, list[Any]]] = []  # (request attribute, FastAPI fields)
+        self.request_name: str | None = None
+        self.inputs: list[tuple[str, int]] = []  # (argument, index of the step giving it)
+        self.same_as = same_as
+
+
+def _plan(dependant: Dependant, steps: list[_Step], first_of: dict[Any, int]) -> list[tuple[str, int]] | None:
+    """Append the steps of ``dependant``'s dependencies, depth first as FastAPI solves them; answer
+    (name, step) for each, or None when one needs FastAPI's general handler."""
+    named: list[tuple[str, int]] = []
+    for sub in dependant.dependencies:
+        if (
+            sub.call is None
+            or not _is_plain_coroutine(sub.call)
+            or sub.body_params
+            or sub.websocket_param_name is not None
+            or sub.http_connection_param_name is not None
+            or sub.response_param_name is not None
+            or sub.background_tasks_param_name is not None
+            or sub.security_scopes_param_name is not None
+            or getattr(sub, "concurrency", None) is not None
+        ):
+            return None
+        if sub.use_cache and sub.call in first_of:
+            index = len(steps)
+            steps.append(_Step(sub.call, same_as=first_of[sub.call]))
+        else:
+            inputs = _plan(sub, steps, first_of)
+            if inputs is None:
+                return None
+            step = _Step(sub.call)
+            step.inputs = inputs
+            step.request_name = sub.request_param_name
+            step.fields = [
+                (source, getattr(sub, source)) for source in _PARAM_SOURCES if getattr(sub, source)
+            ]
+            index = len(steps)
+            steps.append(step)
+            if sub.use_cache:
+                first_of[sub.call] = index
+        if sub.name is not None:
+            named.append((sub.name, index))
+    return named
+
+
+def _received(request: Request, source: str) -> Any:
+    if source == "path_params":
+        return request.path_params
+    if source == "query_params":
+        return request.query_params
+    if source == "header_params":
+        return request.headers
+    return request.cookies
+
+
+def _json_content_type(value: str | None) -> bool:
+    """``application/json`` (any parameters): the one body type served directly."""
+    return value is not None and value.partition(";")[0].strip().lower() == "application/json"
+
+
+def _effective_route(route: APIRoute) -> Any:
+    """The route as FastAPI handles it: an included route's effective context (its router's prefix
+    and dependencies) while FastAPI builds its handler, else the route itself."""
+    context_var = getattr(_fastapi_routing, "_effective_route_context_var", None)
+    context = context_var.get() if context_var is not None else None
+    if context is not None and getattr(context, "original_route", None) is route:
+        return context
+    return route
+
+
+def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
+    """A direct handler for ``route``, or None when the route needs FastAPI's general handler.
+
+    Call it from ``get_route_handler``, where FastAPI builds ``fallback``: the route's effective
+    context is only known there.
+    """
+    if not _COMPILABLE:
+        return None
+    effective = _effective_route(route)
+    dependant: Dependant = effective.dependant
+    call = dependant.call
+    body_field = effective.body_field
+    response_class = effective.response_class
+    actual_class = response_class.value if isinstance(response_class, DefaultPlaceholder) else response_class
+    if (
+        call is None
+        or not _is_plain_coroutine(call)
+        or getattr(effective, "stream_item_field", None) is not None
+        or getattr(effective, "is_json_stream", False)
+        or (isinstance(actual_class, type) and issubclass(actual_class, StreamingResponse))
+        or (body_field is not None and isinstance(body_field.field_info, params.Form))
+        or dependant.websocket_param_name is not None
+        or dependant.http_connection_param_name is not None
+        or dependant.response_param_name is not None
+        or dependant.background_tasks_param_name is not None
+        or dependant.security_scopes_param_name is not None
+    ):
+        return None
+    steps: list[_Step] = []
+    route_inputs = _plan(dependant, steps, {})
+    if route_inputs is None:
+        return None
+    # Every parameter of the request, the dependencies' own included, is validated before anything runs.
+    step_fields = [(index, step.fields) for index, step in enumerate(steps) if step.fields]
+
+    path_params = dependant.path_params
+    query_params = dependant.query_params
+    header_params = dependant.header_params
+    cookie_params = dependant.cookie_params
+    body_params = dependant.body_params
+    embed_body_fields = effective._embed_body_fields
+    request_param_name = dependant.request_param_name
+    overrides_provider = effective.dependency_overrides_provider
+    status_code = effective.status_code
+    response_field = effective.response_field
+    use_dump_json = response_field is not None and isinstance(response_class, DefaultPlaceholder)
+    endpoint_context = _extract_endpoint_context(call)
+    serialize_options = {
+        "field": response_field,
+        "include": effective.response_model_include,
+        "exclude": effective.response_model_exclude,
+        "by_alias": effective.response_model_by_alias,
+        "exclude_unset": effective.response_model_exclude_unset,
+        "exclude_defaults": effective.response_model_exclude_defaults,
+        "exclude_none": effective.response_model_exclude_none,
+        "is_coroutine": True,
+        "endpoint_ctx": endpoint_context,
+        "dump_json": use_dump_json,
+    }
+    response_args: dict[str, Any] = {"status_code": status_code} if status_code else {}
+
+    async def handle(request: Request) -> Response:
+        if (overrides_provider is not None and overrides_provider.dependency_overrides) or (
+            get_telemetry_data() is not None
+        ):
+            return await fallback(request)
+        values: dict[str, Any] = {}
+        if path_params:
+            found, errors = request_params_to_args(path_params, request.path_params)
+            if errors:
+                return await fallback(request)
+            values.update(found)
+        if query_params:
+            found, errors = request_params_to_args(query_params, request.query_params)
+            if errors:
+                return await fallback(request)
+            values.update(found)
+        if header_params:
+            found, errors = request_params_to_args(header_params, request.headers)
+            if errors:
+                return await fallback(request)
+            values.update(found)
+        if cookie_params:
+            found, errors = request_params_to_args(cookie_params, request.cookies)
+            if errors:
+                return await fallback(request)
+            values.update(found)
+        if body_field is not None:
+            raw_body = await request.body()
+            if not raw_body or not _json_content_type(request.headers.get("content-type")):
+                return await fallback(request)
+            try:
+                body = json.loads(raw_body)
+            except ValueError:  # FastAPI answers the decode error (and caches nothing of ours)
+                return await fallback(request)
+            found, body_errors = await request_body_to_args(
+                body_fields=body_params, received_body=body, embed_body_fields=embed_body_fields
+            )
+            if body_errors:
+                return await fallback(request)
+            values.update(found)
+        if request_param_name is not None:
+            values[request_param_name] = request
+        arguments: list[dict[str, Any]] = [{} for _ in steps] if step_fields else []
+        for index, fields in step_fields:
+            for source, source_fields in fields:
+                found, errors = request_params_to_args(source_fields, _received(request, source))
+                if errors:
+                    return await fallback(request)
+                arguments[index].update(found)
+        solved: list[Any] = []
+        for index, step in enumerate(steps):
+            if step.same_as >= 0:
+                solved.append(solved[step.same_as])
+                continue
+            kwargs = arguments[index] if step_fields else {}
+            if step.request_name is not None:
+                kwargs[step.request_name] = request
+            for argument, given_by in step.inputs:
+                kwargs[argument] = solved[given_by]
+            solved.append(await step.call(**kwargs))
+        for name, index in route_inputs:
+            values[name] = solved[index]
+        raw = await call(**values)
+        if isinstance(raw, Response):
+            return raw
+        content = await serialize_response(response_content=raw, **serialize_options)
+        response = (
+            Response(content=content, media_type="application/json", **response_args)
+            if use_dump_json
+            else actual_class(content, **response_args)
+        )
+        if not is_body_allowed_for_status_code(response.status_code):
+            response.body = b""
+        return response
+
+    return handle
