@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import httpx
 import pytest
-from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
@@ -76,12 +76,31 @@ def build(router: APIRouter, calls: list[str]) -> FastAPI:
 
     async def held() -> AsyncIterator[str]:
         calls.append("held-enter")
-        yield "held"
-        calls.append("held-exit")
+        try:
+            yield "held"
+        finally:
+            calls.append("held-exit")
+
+    async def held_for_the_handler() -> AsyncIterator[str]:
+        calls.append("function-enter")
+        try:
+            yield "function"
+        finally:
+            calls.append("function-exit")
 
     @router.get("/held")
-    async def with_generator(value: Annotated[str, Depends(held)]) -> dict[str, str]:
-        return {"value": value}
+    async def with_generators(
+        value: Annotated[str, Depends(held)],
+        inner: Annotated[str, Depends(held_for_the_handler, scope="function")],
+        who: Caller,
+    ) -> dict[str, str]:
+        calls.append("handler")
+        return {"value": value, "inner": inner, "who": who}
+
+    @router.get("/with-response")
+    async def with_response(response: Response) -> dict[str, str]:
+        response.headers["x-set"] = "yes"
+        return {}
 
     app = FastAPI()
     app.include_router(router)
@@ -124,7 +143,9 @@ REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/t/plain/hello", {"headers": {"x-tag": "blue"}}),
     ("GET", "/t/plain/hello", {}),
     ("DELETE", "/t/items/5", {"headers": {"authorization": "Bearer good"}}),
-    ("GET", "/t/held", {}),
+    ("GET", "/t/held", {"headers": {"authorization": "Bearer good"}}),
+    ("GET", "/t/held", {}),  # 401 after both dependencies with yield were entered: both exit
+    ("GET", "/t/with-response", {}),
 ]
 
 
@@ -198,7 +219,7 @@ async def test_routes_needing_fastapis_general_handler_are_not_compiled() -> Non
     async def fallback(request: Any) -> Any:
         raise AssertionError("not called")
 
-    assert direct_handler(_route(router, "/t/held", "GET"), fallback) is None  # a dependency with yield
+    assert direct_handler(_route(router, "/t/with-response", "GET"), fallback) is None  # a Response parameter
 
 
 async def test_dependency_overrides_are_honoured() -> None:

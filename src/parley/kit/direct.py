@@ -13,9 +13,9 @@ the parameters, ``serialize_response`` validates and serializes the result. It s
 request whose parameters are valid; anything else is handed, untouched, to FastAPI's own handler
 before any dependency has run: invalid input (so the 422 body, and the order "dependencies first,
 then validation errors", are FastAPI's), a body that is not plain JSON, dependency overrides (tests)
-and FastAPI's native telemetry. A route that uses anything else (a generator dependency, a
-``Response`` or ``BackgroundTasks`` parameter, a dependency with parameters of its own, a form,
-streaming) is not compiled at all.
+and FastAPI's native telemetry. Dependencies with ``yield`` are entered with FastAPI's own
+function into its exit stacks. A route that uses anything else (a ``Response`` or ``BackgroundTasks``
+parameter, a synchronous dependency, a form, a streamed response) is not compiled at all.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 try:  # FastAPI's own modules of the versions this was written against; without them: no compiling
     from fastapi import routing as _fastapi_routing
     from fastapi.datastructures import DefaultPlaceholder
+    from fastapi.dependencies.utils import _solve_generator
     from fastapi.routing import _extract_endpoint_context
     from fastapi.telemetry._api import get_telemetry_data
 except ImportError:  # pragma: no cover - another FastAPI version
@@ -59,10 +60,18 @@ class _Step:
     """One dependency call: its own parameters (validated with the route's), the request, and the
     values of the dependencies it depends on (earlier steps)."""
 
-    __slots__ = ("call", "fields", "inputs", "request_name", "same_as")
+    __slots__ = ("call", "dependant", "fields", "inputs", "request_name", "same_as", "stack_key")
 
-    def __init__(self, call: Callable[..., Any], same_as: int = -1) -> None:
-        self.call = call
+    def __init__(self, dependant: Dependant, same_as: int = -1) -> None:
+        assert dependant.call is not None
+        self.call: Callable[..., Any] = dependant.call
+        self.dependant = dependant
+        # A dependency with yield is entered as FastAPI enters it (its own function, the same exit
+        # stacks): "function" scope ends with the handler, the default scope after the response.
+        self.stack_key: str | None = None
+        if inspect.isasyncgenfunction(self.call):
+            function_scope = dependant.scope == "function"
+            self.stack_key = "fastapi_function_astack" if function_scope else "fastapi_inner_astack"
         self.fields: list[tuple[str, list[Any]]] = []  # (request attribute, FastAPI fields)
         self.request_name: str | None = None
         self.inputs: list[tuple[str, int]] = []  # (argument, index of the step giving it)
@@ -76,7 +85,7 @@ def _plan(dependant: Dependant, steps: list[_Step], first_of: dict[Any, int]) ->
     for sub in dependant.dependencies:
         if (
             sub.call is None
-            or not _is_plain_coroutine(sub.call)
+            or not (_is_plain_coroutine(sub.call) or inspect.isasyncgenfunction(sub.call))
             or sub.body_params
             or sub.websocket_param_name is not None
             or sub.http_connection_param_name is not None
@@ -88,12 +97,12 @@ def _plan(dependant: Dependant, steps: list[_Step], first_of: dict[Any, int]) ->
             return None
         if sub.use_cache and sub.call in first_of:
             index = len(steps)
-            steps.append(_Step(sub.call, same_as=first_of[sub.call]))
+            steps.append(_Step(sub, same_as=first_of[sub.call]))
         else:
             inputs = _plan(sub, steps, first_of)
             if inputs is None:
                 return None
-            step = _Step(sub.call)
+            step = _Step(sub)
             step.inputs = inputs
             step.request_name = sub.request_param_name
             step.fields = [
@@ -253,7 +262,15 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
                 kwargs[step.request_name] = request
             for argument, given_by in step.inputs:
                 kwargs[argument] = solved[given_by]
-            solved.append(await step.call(**kwargs))
+            if step.stack_key is None:
+                solved.append(await step.call(**kwargs))
+            else:
+                stack = request.scope[step.stack_key]
+                solved.append(
+                    await _solve_generator(
+                        request=request, dependant=step.dependant, stack=stack, sub_values=kwargs
+                    )
+                )
         for name, index in route_inputs:
             values[name] = solved[index]
         raw = await call(**values)

@@ -22,6 +22,29 @@ _PAIRS = [_CROCKFORD[i >> 5] + _CROCKFORD[i & 31] for i in range(1024)]
 _RANDOM_MAX = (1 << 80) - 1
 _last = [0, 0]  # the millisecond and the random part of the last id made here
 _lock = threading.Lock()
+# Random bytes are read from the OS 256 ids' worth at a time (one system call instead of one per id);
+# a forked child starts with an empty pool, so it never repeats its parent's ids.
+_POOL_SIZE = 10 * 256
+
+
+class _RandomPool:
+    def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        self.data, self.at = b"", _POOL_SIZE
+
+    def random80(self) -> int:
+        """80 random bits from the OS's generator (call with ``_lock`` held)."""
+        at = self.at
+        if at >= _POOL_SIZE:
+            self.data, at = os.urandom(_POOL_SIZE), 0
+        self.at = at + 10
+        return int.from_bytes(self.data[at : at + 10], "big")
+
+
+_pool = _RandomPool()
+os.register_at_fork(after_in_child=_pool.forget)
 
 
 def ulid() -> str:
@@ -38,7 +61,7 @@ def ulid() -> str:
         if now <= last_ms and last_random < _RANDOM_MAX:
             now, random = last_ms, last_random + 1
         else:
-            random = int.from_bytes(os.urandom(10), "big")
+            random = _pool.random80()
         _last[0], _last[1] = now, random
     return _encode(now << 80 | random)
 

@@ -80,7 +80,19 @@ def _trace_ids() -> Any:
     return add_trace_ids
 
 
+# The level configure_logging set: structlog's filtering logger drops lines below it, but a caller
+# building a line's fields on every request (the access log) can skip that work too.
+_threshold = logging.NOTSET
+
+
+def enabled_for(level: int) -> bool:
+    """Whether a line at ``level`` is written (before configure_logging: every line is)."""
+    return level >= _threshold
+
+
 def configure_logging(level: str = "INFO", json: bool = True, *, redact: bool = True) -> None:
+    global _threshold
+    _threshold = getattr(logging, level)
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
     trace_ids = _trace_ids()
     structlog.configure(

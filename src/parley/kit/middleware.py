@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from typing import Any
@@ -12,6 +13,7 @@ import structlog
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from parley.kit import logging as kit_logging
 from parley.kit.ids import new_id
 from parley.kit.metrics import REQUEST_LATENCY, REQUESTS
 
@@ -92,7 +94,7 @@ class RequestContextMiddleware:
             counter, histogram = _metrics_of(scope["method"], template, status_holder[0])
             counter.inc()
             histogram.observe(elapsed)
-            if template not in _QUIET:
+            if template not in _QUIET and kit_logging.enabled_for(logging.INFO):
                 log.info(
                     "request",
                     method=scope["method"],
