@@ -156,14 +156,17 @@ async def measure(app: Any, token: str, connector_key: str, conversations: int) 
         headers.append((b"host", b"profile"))
         for i in range(30):  # warm-up: caches, pools, statement caches
             await conversation(app, headers, flow["id"], i)
-        started = time.process_time()
-        for i in range(conversations):
-            await conversation(app, headers, flow["id"], i)
-        elapsed = time.process_time() - started
-        requests = conversations * 4
+        # Five slices: the fastest is the figure other processes on a shared machine disturbed least.
+        slices: list[float] = []
+        size = max(conversations // 5, 1)
+        for _ in range(5):
+            started = time.process_time()
+            for i in range(size):
+                await conversation(app, headers, flow["id"], i)
+            slices.append((time.process_time() - started) / (size * 4))
         print(
-            f"{conversations} conversations ({requests} requests): "
-            f"{elapsed / requests * 1e3:.2f} ms CPU per request (in process, sequential)"
+            f"{size * 5} conversations ({size * 20} requests): {sum(slices) / len(slices) * 1e3:.2f} ms CPU "
+            f"per request (in process, sequential; fastest fifth {min(slices) * 1e3:.2f} ms)"
         )
 
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_profile_runs_whole_conversations_in_process() -> None:
     result = subprocess.run(
-        [sys.executable, "bench/turn_profile.py", "--conversations", "3"],
+        [sys.executable, "bench/turn_profile.py", "--conversations", "5"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -21,7 +21,7 @@ def test_the_profile_runs_whole_conversations_in_process() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "3 conversations (12 requests):" in result.stdout and "ms CPU per request" in result.stdout
+    assert "5 conversations (20 requests):" in result.stdout and "ms CPU per request" in result.stdout
 
 
 def test_shares_count_each_function_once_per_sample(tmp_path: Path) -> None:

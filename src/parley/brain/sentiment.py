@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 from pydantic import ValidationError
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Settings
@@ -131,9 +132,14 @@ def parse_verdict(content: str | None) -> Verdict | None:
     return Verdict(sentiment, float(confidence), str(reason or "")[:MAX_REASON_CHARS].replace("\x00", ""))
 
 
+# Asked at the end of every call: built once (building the statement costs more than running it).
+_HAS_PROVIDER = select(ProviderConfig.id).where(
+    ProviderConfig.organization_id == bindparam("organization_id"), ProviderConfig.provider_key == PROVIDER
+)
+
+
 async def has_provider(session: AsyncSession, organization_id: str) -> bool:
-    stmt = scoped(ProviderConfig, organization_id).where(ProviderConfig.provider_key == PROVIDER)
-    return await session.scalar(stmt.with_only_columns(ProviderConfig.id)) is not None
+    return await session.scalar(_HAS_PROVIDER, {"organization_id": organization_id}) is not None
 
 
 async def provider_config(

@@ -512,7 +512,15 @@ async def sweep_idle(
 # --- output --------------------------------------------------------------------------------------
 
 
-def _out_fields(row: ConversationSession, state: ConversationState) -> dict[str, Any]:
+_OUT_KEYS = frozenset({"current_node", "waiting", "variables", "transcript"})
+
+
+def _out_fields(row: ConversationSession) -> dict[str, Any]:
+    # The stored state is ConversationState.to_json(): its parts the answer shows are read from it
+    # as they are, without validating the whole state (tool calls, the model's messages) again.
+    data: dict[str, Any] = row.state or {}
+    if not _OUT_KEYS.issubset(data):  # written before one of them existed: read as the engine would
+        data = _state(row).to_json()
     return {
         "id": row.id,
         "flow_id": row.flow_id,
@@ -525,10 +533,10 @@ def _out_fields(row: ConversationSession, state: ConversationState) -> dict[str,
         "caller": row.caller,
         "callee": row.callee,
         "language": row.language,
-        "current_node": state.current_node,
-        "waiting": state.waiting,
-        "variables": state.variables,
-        "transcript": [TurnOut.model_validate(t.model_dump()) for t in state.transcript],
+        "current_node": data["current_node"],
+        "waiting": data["waiting"],
+        "variables": data["variables"],
+        "transcript": [TurnOut.model_validate(turn) for turn in data["transcript"]],
         "started_at": row.started_at,
         "last_activity_at": row.last_activity_at,
         "ended_at": row.ended_at,
@@ -536,12 +544,12 @@ def _out_fields(row: ConversationSession, state: ConversationState) -> dict[str,
 
 
 def to_out(row: ConversationSession) -> SessionOut:
-    return SessionOut(**_out_fields(row, _state(row)))
+    return SessionOut(**_out_fields(row))
 
 
 def to_turn_out(row: ConversationSession, result: TurnResult) -> SessionTurnOut:
     return SessionTurnOut(
-        **_out_fields(row, _state(row)),
+        **_out_fields(row),
         events=[
             AgentEventOut(type=e.type, node_id=e.node_id, text=e.text, data=e.data) for e in result.events
         ],

@@ -19,7 +19,7 @@ import httpx
 import orjson
 import structlog
 from pydantic_core import to_jsonable_python
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
@@ -167,6 +167,17 @@ def subscriptions_query(organization_id: str, active: bool | None) -> Select[Web
 # --- publishing --------------------------------------------------------------------------------
 
 
+# Read by every event (a call's end, a session's start): built once, bound per call.
+_ACTIVE_SUBSCRIPTIONS = (
+    select(WebhookSubscription)
+    .where(
+        WebhookSubscription.organization_id == bindparam("organization_id"),
+        WebhookSubscription.active.is_(True),
+    )
+    .order_by(WebhookSubscription.id)
+)
+
+
 async def publish_event(
     session: AsyncSession,
     organization_id: str,
@@ -185,11 +196,7 @@ async def publish_event(
     """
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type!r}")
-    rows = await session.scalars(
-        scoped(WebhookSubscription, organization_id)
-        .where(WebhookSubscription.active.is_(True))
-        .order_by(WebhookSubscription.id)
-    )
+    rows = await session.scalars(_ACTIVE_SUBSCRIPTIONS, {"organization_id": organization_id})
     wanted = [s for s in rows if event_type in (s.event_types or [])]
     if not wanted:
         return []
