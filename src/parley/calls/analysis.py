@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.calls.models import Call
@@ -48,6 +48,17 @@ Answer with exactly one JSON object and nothing else (no prose, no code fence):
 below: the value, or null when the call does not say>}}"""
 
 
+# Read at the end of every call: built once, bound per call.
+_VERSION_DEFINITION = select(FlowVersion.definition).where(
+    FlowVersion.organization_id == bindparam("organization_id"),
+    FlowVersion.flow_id == bindparam("flow_id"),
+    FlowVersion.version == bindparam("version"),
+)
+_DRAFT_DEFINITION = select(Flow.definition).where(
+    Flow.organization_id == bindparam("organization_id"), Flow.id == bindparam("flow_id")
+)
+
+
 async def spec_of(
     session: AsyncSession, organization_id: str, flow_id: str | None, version: int | None
 ) -> AnalysisSettings | None:
@@ -56,15 +67,11 @@ async def spec_of(
         return None
     if version is not None:
         definition = await session.scalar(
-            select(FlowVersion.definition).where(
-                FlowVersion.organization_id == organization_id,
-                FlowVersion.flow_id == flow_id,
-                FlowVersion.version == version,
-            )
+            _VERSION_DEFINITION, {"organization_id": organization_id, "flow_id": flow_id, "version": version}
         )
     else:
         definition = await session.scalar(
-            select(Flow.definition).where(Flow.organization_id == organization_id, Flow.id == flow_id)
+            _DRAFT_DEFINITION, {"organization_id": organization_id, "flow_id": flow_id}
         )
     block = (definition or {}).get("analysis") if isinstance(definition, dict) else None
     if not block:
