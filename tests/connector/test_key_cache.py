@@ -1,12 +1,21 @@
-"""The key cache under a slow database: a reload slower than twice the ttl still serves a fresh table."""
+"""The key cache under a slow database (a reload slower than twice the ttl still serves a fresh
+table), and the memo of verified keys (revocation as soon as without it)."""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+from collections.abc import Callable
 
+import httpx
+
+from parley.connector import setup
 from parley.connector.config import ConnectorSettings
+from parley.connector.db import engine_scope
+from parley.connector.keys import revoke_key
 from parley.connector.repository import KeyTable, OrderStore, make_store
 from parley.connector.service import KeyCache
+from tests.connector.conftest import ORDER_BASE
 
 
 class HeldStore(OrderStore):
@@ -57,3 +66,30 @@ async def test_requests_waiting_on_a_slow_reload_get_the_fresh_table(
             assert await cache.get(key_id) == entry
     finally:
         await store.close()
+
+
+async def test_a_remembered_key_is_refused_once_revoked(
+    backend: ConnectorSettings, make_client: Callable[..., httpx.AsyncClient]
+) -> None:
+    name = f"memo-{secrets.token_hex(4)}"
+    key = await asyncio.to_thread(setup.create_key, backend, name)
+    key_id = key.split("_")[1]
+    client = make_client(backend)
+    # The app behind the client: make_client builds one per call, the last one is ours.
+    app = client._transport.app  # type: ignore[attr-defined]
+    headers = {"X-API-Key": key}
+    for _ in range(3):
+        assert (await client.get(f"{ORDER_BASE}1", headers=headers)).status_code == 200
+    assert app.gate.keys._verified.get(key_id) == key.encode()  # later requests compare, not hash
+    other = key[:-1] + ("A" if key[-1] != "A" else "B")
+    wrong = await client.get(f"{ORDER_BASE}1", headers={"X-API-Key": other})
+    assert wrong.status_code == 401  # a remembered key id lets no other secret through
+
+    async with engine_scope(backend) as engine:
+        await revoke_key(engine, name)
+    # The documented bound: refused once the key table is older than key_cache_seconds.
+    await asyncio.sleep(backend.key_cache_seconds * 3)
+    response = await client.get(f"{ORDER_BASE}1", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["message"] == "Invalid or revoked API key."
+    assert key_id not in app.gate.keys._verified  # the reload forgot what the old table verified

@@ -47,6 +47,13 @@ class ConnectorSettings(BaseSettings):
         le=60,
         description="How long the in-memory key table is trusted (revocation delay).",
     )
+    order_cache_mb: float = Field(
+        default=64.0,
+        ge=0,
+        le=65536,
+        description="SQLite only: memory per worker for order payloads kept between requests (MiB); "
+        "0 disables the cache. Entries are dropped as soon as the database file changes.",
+    )
     pg_pool_size: int = Field(
         default=4,
         ge=1,

@@ -8,6 +8,7 @@ limit (429); only then is the id looked at (422 / 404 / 200).
 from __future__ import annotations
 
 import asyncio
+import hmac
 import math
 import time
 from collections.abc import Iterable
@@ -41,6 +42,11 @@ class KeyCache:
     within about ``ttl`` (1 s by default) in every worker, without any cross-process signalling. One
     reload runs at a time; meanwhile other requests keep using the current table, unless it is older
     than twice the ttl (or was never loaded), in which case they wait for the reload.
+
+    A key that matched its SHA-256 hash is remembered, per key id, for the life of the table it was
+    checked against: later requests with the same key compare it in constant time with
+    :func:`hmac.compare_digest` instead of hashing it again. A reload starts with nothing remembered,
+    so a revoked key is refused exactly as soon as without the memo.
     """
 
     def __init__(self, store: OrderStore, ttl: float) -> None:
@@ -49,6 +55,7 @@ class KeyCache:
         self._table: KeyTable = {}
         self._loaded_at = -math.inf
         self._reloading: asyncio.Event | None = None
+        self._verified: dict[str, bytes] = {}  # key id -> the whole key, verified against _table
 
     async def get(self, key_id: str) -> tuple[str, str] | None:
         age = time.monotonic() - self._loaded_at
@@ -64,11 +71,27 @@ class KeyCache:
                     raise StoreUnavailable()  # the reload failed: never fall back to a stale table
         return self._table.get(key_id)
 
+    async def check(self, key_id: str, key: str) -> tuple[str, str] | None:
+        """The (hash, name) entry of ``key`` when it is an active key with this id, else None."""
+        entry = await self.get(key_id)
+        if entry is None:
+            return None
+        # No await from here on: the memo and the entry belong to the same table.
+        raw = key.encode()
+        known = self._verified.get(key_id)
+        if known is not None and hmac.compare_digest(raw, known):
+            return entry
+        if not keys.matches(key, entry[0]):
+            return None
+        self._verified[key_id] = raw
+        return entry
+
     async def _reload(self) -> None:
         done = self._reloading = asyncio.Event()
         try:
             started = time.monotonic()
-            self._table = await self._store.active_keys()
+            table = await self._store.active_keys()
+            self._table, self._verified = table, {}
             self._loaded_at = started
         finally:
             self._reloading = None
@@ -182,8 +205,8 @@ class OrderGate:
         blocked_for = self.failures.retry_after(buckets, now)
         if blocked_for:
             raise RateLimited("Too many failed attempts with this API key; retry later.", blocked_for)
-        entry = None if key_id is None else await self.keys.get(key_id)
-        if entry is None or not keys.matches(key, entry[0]):
+        entry = None if key_id is None else await self.keys.check(key_id, key)
+        if entry is None:
             self.failures.record_failure(buckets, now)
             # The key id is public (like a user name); never the key, never the address.
             log.info("connector.key_rejected", key_id=key_id or "-", organization=organization)
