@@ -97,6 +97,10 @@ def build(router: APIRouter, calls: list[str]) -> FastAPI:
         calls.append("handler")
         return {"value": value, "inner": inner, "who": who}
 
+    @router.get("/broken", response_model=ItemOut)
+    async def broken() -> dict[str, Any]:
+        return {"id": "not a number"}
+
     @router.get("/with-response")
     async def with_response(response: Response) -> dict[str, str]:
         response.headers["x-set"] = "yes"
@@ -146,13 +150,17 @@ REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/t/held", {"headers": {"authorization": "Bearer good"}}),
     ("GET", "/t/held", {}),  # 401 after both dependencies with yield were entered: both exit
     ("GET", "/t/with-response", {}),
+    ("GET", "/t/broken", {}),  # the response fails its model: the same error, naming the same endpoint
 ]
 
 
-async def _answer(app: FastAPI, method: str, url: str, options: dict[str, Any]) -> tuple[int, bytes, str]:
+async def _answer(app: FastAPI, method: str, url: str, options: dict[str, Any]) -> tuple[Any, ...]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        response = await client.request(method, url, **options)
+        try:
+            response = await client.request(method, url, **options)
+        except Exception as exc:  # an error the app raises (a response failing its model)
+            return type(exc).__name__, str(exc)
     return response.status_code, response.content, response.headers.get("content-type", "")
 
 

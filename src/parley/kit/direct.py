@@ -188,7 +188,11 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
     status_code = effective.status_code
     response_field = effective.response_field
     use_dump_json = response_field is not None and isinstance(response_class, DefaultPlaceholder)
-    endpoint_context = _extract_endpoint_context(call)
+    # What FastAPI names in a response validation error: the endpoint, and "METHOD path" per request.
+    endpoint_context: Any = dict(_extract_endpoint_context(call))
+    contexts: dict[str, Any] = {
+        method: {**endpoint_context, "path": f"{method} {dependant.path}"} for method in route.methods or ()
+    }
     serialize_options = {
         "field": response_field,
         "include": effective.response_model_include,
@@ -198,7 +202,6 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
         "exclude_defaults": effective.response_model_exclude_defaults,
         "exclude_none": effective.response_model_exclude_none,
         "is_coroutine": True,
-        "endpoint_ctx": endpoint_context,
         "dump_json": use_dump_json,
     }
     response_args: dict[str, Any] = {"status_code": status_code} if status_code else {}
@@ -276,7 +279,11 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
         raw = await call(**values)
         if isinstance(raw, Response):
             return raw
-        content = await serialize_response(response_content=raw, **serialize_options)
+        content = await serialize_response(
+            response_content=raw,
+            endpoint_ctx=contexts.get(request.method, endpoint_context),
+            **serialize_options,
+        )
         response = (
             Response(content=content, media_type="application/json", **response_args)
             if use_dump_json
