@@ -10,7 +10,8 @@ filters together, no intermediate string or list longer than ``MAX_INTERMEDIATE`
 ``MAX_INT_BITS`` bits, and a wall-clock deadline of ``RENDER_DEADLINE_SECONDS``. The budget is enforced
 inside rendering: loops are rewritten to count their iterations, and concatenation, repetition,
 filters and method calls check sizes *before* they allocate. :func:`render_template_async` renders in a
-worker thread so the event loop never waits for a template.
+worker thread so the event loop never waits for a template, unless the template is straight-line
+(:func:`is_straight_line`: no loops, calls, repetition or formatting), which costs less than the hop.
 """
 
 from __future__ import annotations
@@ -376,8 +377,70 @@ def render_template(text: str, variables: Mapping[str, Any], *, _parent: _Budget
     return rendered
 
 
+# Nodes whose cost is one step over data already held, or one pass over it: no loop, no call, no
+# repetition (``*``, ``**``), no string formatting (``%``), nothing that includes other templates.
+_STRAIGHT_NODES = (
+    nodes.Template,
+    nodes.Output,
+    nodes.TemplateData,
+    nodes.If,
+    nodes.Assign,
+    nodes.Name,
+    nodes.Const,
+    nodes.Getattr,
+    nodes.Getitem,
+    nodes.Slice,
+    nodes.Compare,
+    nodes.Operand,
+    nodes.And,
+    nodes.Or,
+    nodes.Not,
+    nodes.CondExpr,
+    nodes.Add,
+    nodes.Sub,
+    nodes.Neg,
+    nodes.Pos,
+    nodes.Concat,
+    nodes.Filter,
+    nodes.Test,
+)
+_STRAIGHT_FILTERS = frozenset(
+    {"default", "d", "int", "float", "string", "lower", "upper", "title", "capitalize", "trim", "round"}
+    | {"abs", "length", "count", "first", "last", "e", "escape"}
+)
+
+
+def _cheap_filter(node: nodes.Filter) -> bool:
+    if node.kwargs or node.dyn_args is not None or node.dyn_kwargs is not None:
+        return False
+    if node.name in ("default", "d"):
+        return len(node.args) <= 2  # the fallback value (an expression checked like any other)
+    return node.name in _STRAIGHT_FILTERS and not node.args
+
+
+@functools.lru_cache(maxsize=1024)
+def is_straight_line(text: str) -> bool:
+    """Whether ``text`` renders in one pass over its data: no loops, calls, repetition or formatting,
+    only cheap filters. Such a template may render on the event loop; any other goes to a thread."""
+    try:
+        tree = parse_template(text)
+    except TemplateRenderError:
+        return False
+    for node in tree.find_all(nodes.Node):
+        if type(node) not in _STRAIGHT_NODES:
+            return False
+        if isinstance(node, nodes.Filter) and not _cheap_filter(node):
+            return False
+        if isinstance(node, nodes.Assign) and not isinstance(node.target, nodes.Name):
+            return False
+    return True
+
+
 async def render_template_async(text: str, variables: Mapping[str, Any]) -> str:
-    """:func:`render_template` in a worker thread; the budget's deadline bounds how long it runs."""
+    """:func:`render_template` in a worker thread (the budget's deadline bounds how long it runs), or
+    here when it is straight-line (:func:`is_straight_line`): a thread hop costs more than that render."""
+    if is_straight_line(text):
+        return render_template(text, variables)
     return await asyncio.to_thread(render_template, text, variables)
 
 
@@ -385,6 +448,7 @@ __all__ = [
     "MAX_TEMPLATE_OUTPUT",
     "TemplateBudgetExceeded",
     "TemplateRenderError",
+    "is_straight_line",
     "parse_template",
     "render_template",
     "render_template_async",

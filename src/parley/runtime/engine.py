@@ -37,7 +37,7 @@ from parley.flows.definition import (
 )
 from parley.flows.expressions import ExpressionError, evaluate
 from parley.kit.metrics import observe_turn
-from parley.kit.templates import TemplateRenderError, render_template
+from parley.kit.templates import TemplateRenderError, is_straight_line, render_template
 from parley.runtime import spoken
 from parley.runtime.numbers import spoken_digits, too_many_digits
 from parley.runtime.ports import (
@@ -390,6 +390,8 @@ class FlowEngine:
     async def _arender(self, text: str, state: ConversationState, extra: dict[str, Any] | None = None) -> str:
         if "{" not in text:  # no template syntax: the text is its own rendering
             return text.strip()
+        if is_straight_line(text):  # one pass over the data: cheaper here than a thread hop
+            return self._render(text, state, extra)
         # In a worker thread: a template within its budget still never holds up the event loop.
         return await asyncio.to_thread(self._render, text, state, extra)
 
