@@ -46,7 +46,9 @@ browser:
 
 # The tests run on PYTEST_WORKERS parallel pytest-xdist workers (default 2; `make test PYTEST_WORKERS=0`
 # runs them in one process), each with databases and temporary directories of its own; a file's tests
-# stay on one worker (--dist loadfile). The real-time voice tests (marker `realtime`) run afterwards in
+# stay on one worker (--dist loadfile). Files are handed out in the order tests/conftest.py gives them
+# (--no-loadscope-reorder): those with a `slow` test first, so the one-test files that take tens of
+# seconds do not run last while the other worker idles. The real-time voice tests (marker `realtime`) run afterwards in
 # a process of their own: they measure audio timing and must not share the cores with other tests.
 #
 # The test processes write bytecode even where PYTHONDONTWRITEBYTECODE is set (as on the development
@@ -56,7 +58,7 @@ browser:
 PYTEST_WORKERS ?= 2
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 pytest: $(STAMP_TEST) browser
-	$(PYTEST) -m "not realtime" -n $(PYTEST_WORKERS) --dist loadfile
+	$(PYTEST) -m "not realtime" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 	$(PYTEST) -m realtime
 
 test: lint typecheck pytest

@@ -39,6 +39,27 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     migrated.drop_templates()
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering (by fixture parameters), which it keeps
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker: files with a ``slow`` test first, then the rest by number of tests (most
+    first); a file's tests keep their order.
+
+    ``make test`` hands whole files to the workers in this order (``--dist loadfile
+    --no-loadscope-reorder``). xdist's own order (most tests first) left the one-test files that take
+    tens of seconds (subprocess CLIs, the cluster, the sustained-load and shutdown tests) to the end,
+    where one worker ran them while the other had nothing left to do.
+    """
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    ordered = sorted(
+        files.values(), key=lambda tests: (not any(t.get_closest_marker("slow") for t in tests), -len(tests))
+    )
+    items[:] = [item for tests in ordered for item in tests]
+
+
 @pytest.fixture(scope="session", params=["sqlite", pg.ENGINE_NAME])
 def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A freshly migrated database: a SQLite file, or a new database on the local PostgreSQL."""

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # a bench subprocess: about 20 s
 def test_the_profile_measures_the_request_in_process() -> None:
     result = subprocess.run(
         [sys.executable, "bench/request_profile.py", "--requests", "50"],

@@ -65,15 +65,13 @@ def _check(response: httpx.Response) -> Any:
 
 
 def typed_call(base: str, headers: dict[str, str], flow: str, lines: list[str]) -> str:
-    turn = _check(
-        httpx.post(f"{base}/api/sessions", json={"flow_id": flow, "channel": "web"}, headers=headers)
-    )
-    for text in lines:
-        turn = _check(
-            httpx.post(f"{base}/api/sessions/{turn['id']}/messages", json={"text": text}, headers=headers)
-        )
-    if turn["status"] != "ended":
-        _check(httpx.post(f"{base}/api/sessions/{turn['id']}/end", headers=headers))
+    # one client for the call's requests: each httpx.post builds a client (and an SSL context) of its own
+    with httpx.Client(base_url=base, headers=headers) as client:
+        turn = _check(client.post("/api/sessions", json={"flow_id": flow, "channel": "web"}))
+        for text in lines:
+            turn = _check(client.post(f"/api/sessions/{turn['id']}/messages", json={"text": text}))
+        if turn["status"] != "ended":
+            _check(client.post(f"/api/sessions/{turn['id']}/end"))
     return str(turn["id"])
 
 
@@ -137,13 +135,14 @@ async def _voiced_call(base: str, headers: dict[str, str], flow: str) -> str:
 
 def call_of_session(base: str, headers: dict[str, str], session_id: str, ready: Any) -> dict[str, Any]:
     deadline = time.monotonic() + 60
-    while True:
-        for item in _check(httpx.get(f"{base}/api/calls", params={"limit": 200}, headers=headers))["items"]:
-            call = _check(httpx.get(f"{base}/api/calls/{item['id']}", headers=headers))
-            if call["session_id"] == session_id and ready(call):
-                return dict(call)
-        assert time.monotonic() < deadline, f"no finished call record for {session_id}"
-        time.sleep(0.2)
+    with httpx.Client(base_url=base, headers=headers) as client:
+        while True:
+            for item in _check(client.get("/api/calls", params={"limit": 200}))["items"]:
+                call = _check(client.get(f"/api/calls/{item['id']}"))
+                if call["session_id"] == session_id and ready(call):
+                    return dict(call)
+            assert time.monotonic() < deadline, f"no finished call record for {session_id}"
+            time.sleep(0.2)
 
 
 async def _move_to_yesterday(database_url: str, call: dict[str, Any]) -> None:

@@ -28,6 +28,9 @@ from tests.conftest import JWT_SECRET, auth, make_token
 from tests.distributed import redis_env
 from tests.live import free_port
 
+# two platform processes per module (their start alone takes 15 to 25 s): handed out first under xdist
+pytestmark = pytest.mark.slow
+
 
 class Pair:
     def __init__(self, root: Path, env: dict[str, str]) -> None:

@@ -85,6 +85,7 @@ async def decoder_processes() -> AsyncIterator[None]:
         await asyncio.to_thread(sphinx_host.stop)
 
 
+@pytest.mark.slow  # German decoder processes: 10 to 13 s
 async def test_a_german_scenario_is_spoken_heard_and_judged(
     decoder_processes: None, lab: Lab, demo: list[dict[str, Any]]
 ) -> None:

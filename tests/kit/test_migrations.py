@@ -45,6 +45,7 @@ def _diff(url: str) -> list[object]:
     return asyncio.run(run())
 
 
+@pytest.mark.slow  # every migration up, down and up again: 7 to 10 s
 def test_upgrade_downgrade_upgrade(fresh_url: str) -> None:
     assert not is_current(fresh_url)
     upgrade(fresh_url)

@@ -40,6 +40,7 @@ async def hosts() -> AsyncIterator[sphinx_host.DecoderHosts]:
         await asyncio.to_thread(sphinx_host.stop)
 
 
+@pytest.mark.slow  # starts the decoder processes: 10 to 17 s
 async def test_a_decoder_process_hears_what_this_process_hears(hosts: sphinx_host.DecoderHosts) -> None:
     audio = await speak("vier zwei", "de")
     phrases = lexicon.number_words("de")

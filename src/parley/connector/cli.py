@@ -16,7 +16,6 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from parley.connector import keys as key_ops
-from parley.connector import setup
 from parley.connector.config import ConnectorConfigError, ConnectorSettings
 from parley.connector.db import engine_scope
 from parley.connector.errors import ConnectorUsageError
@@ -71,6 +70,8 @@ def _settings() -> ConnectorSettings:
 
 
 def _run(factory: Callable[[ConnectorSettings], T]) -> T:
+    from parley.connector import setup
+
     with _clean_errors():
         settings = _settings()
         setup.upgrade_database(settings)
@@ -84,6 +85,8 @@ def serve(
     workers: Annotated[int | None, typer.Option(help="Worker processes [default: 1].", min=1, max=64)] = None,
 ) -> None:
     """Migrate the database and serve the connector (blocks until Ctrl-C)."""
+    from parley.connector import setup
+
     with _clean_errors():
         settings = _settings()
         err.print(
@@ -170,6 +173,8 @@ def demo(
         raise typer.Exit(2) from None
 
     def run(settings: ConnectorSettings) -> int:
+        from parley.connector import setup
+
         return asyncio.run(
             setup.write_demo_orders(settings, count, seed=seed, start_id=start_id, reference=reference)
         )
@@ -185,6 +190,8 @@ def keys_create(
     name: Annotated[str, typer.Option("--name", help="A label for the key, e.g. the agent using it.")],
 ) -> None:
     """Create a key and print it once, alone on the last line (store it now: only its hash is kept)."""
+    from parley.connector import setup
+
     key = _run(lambda settings: setup.create_key(settings, name))
     err.print(f"Created key {name!r}. It is shown only this once:")
     print(key)  # plain stdout, so that `KEY=$(parley connector keys create --name x)` captures it
