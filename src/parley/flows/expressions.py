@@ -9,8 +9,10 @@ access and bounds powers and string sizes on its own as well.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import simpleeval
@@ -106,40 +108,57 @@ class ExpressionError(Exception):
     """An expression is not acceptable or cannot be evaluated; the message is safe to show."""
 
 
-def expression_problems(text: str, known_names: Iterable[str]) -> list[str]:
-    """Why ``text`` is not an acceptable expression over ``known_names``; empty when fine."""
+@functools.lru_cache(maxsize=2048)
+def _parsed(text: str) -> tuple[ast.Expression | None, tuple[tuple[str, str], ...]]:
+    """``text``'s tree (None when it does not parse) and, in the order of a walk of it, its problems
+    (``("problem", message)``) and the variables it reads (``("name", name)``), which only a flow's
+    known names can judge. Flows evaluate the same expressions every turn: parsed once here."""
     if len(text) > MAX_EXPRESSION_LENGTH:
-        return [f"the expression is longer than {MAX_EXPRESSION_LENGTH} characters"]
+        return None, (("problem", f"the expression is longer than {MAX_EXPRESSION_LENGTH} characters"),)
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
-        return [f"the expression does not parse: {exc.msg}"]
-    known = set(known_names)
-    problems: list[str] = []
+        return None, (("problem", f"the expression does not parse: {exc.msg}"),)
+    found: list[tuple[str, str]] = []
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
-            problems.append(f"{type(node).__name__} is not allowed in expressions")
+            found.append(("problem", f"{type(node).__name__} is not allowed in expressions"))
         elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
-            problems.append(f"the private attribute {node.attr!r} may not be used")
+            found.append(("problem", f"the private attribute {node.attr!r} may not be used"))
         elif (
             isinstance(node, ast.Subscript)
             and isinstance(node.slice, ast.Constant)
             and isinstance(node.slice.value, str)
             and node.slice.value.startswith("_")
         ):
-            problems.append(f"the private key {node.slice.value!r} may not be used")
+            found.append(("problem", f"the private key {node.slice.value!r} may not be used"))
         elif isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
                 name = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
-                problems.append(
-                    f"the function {name!r} is not available; use one of {', '.join(sorted(FUNCTIONS))}"
+                found.append(
+                    (
+                        "problem",
+                        f"the function {name!r} is not available; use one of {', '.join(sorted(FUNCTIONS))}",
+                    )
                 )
             elif node.keywords:
-                problems.append("keyword arguments are not supported")
+                found.append(("problem", "keyword arguments are not supported"))
         elif isinstance(node, ast.Name) and node.id.startswith("_"):
-            problems.append(f"the private name {node.id!r} may not be used")
-        elif isinstance(node, ast.Name) and node.id not in known and node.id not in FUNCTIONS:
-            problems.append(f"the variable {node.id!r} is not defined in this flow")
+            found.append(("problem", f"the private name {node.id!r} may not be used"))
+        elif isinstance(node, ast.Name) and node.id not in FUNCTIONS:
+            found.append(("name", node.id))
+    return tree, tuple(found)
+
+
+def expression_problems(text: str, known_names: Iterable[str]) -> list[str]:
+    """Why ``text`` is not an acceptable expression over ``known_names``; empty when fine."""
+    _tree, found = _parsed(text)
+    known = known_names if isinstance(known_names, AbstractSet) else set(known_names)
+    problems = [
+        detail if kind == "problem" else f"the variable {detail!r} is not defined in this flow"
+        for kind, detail in found
+        if kind == "problem" or detail not in known
+    ]
     # A function name used as a value (``len`` instead of ``len(x)``) is caught at evaluation time.
     return list(dict.fromkeys(problems))
 
@@ -181,9 +200,11 @@ def evaluate(text: str, variables: Mapping[str, Any]) -> Any:
     problems = expression_problems(text, variables.keys())
     if problems:
         raise ExpressionError(problems[0])
+    tree, _found = _parsed(text)
+    assert tree is not None  # a text that does not parse has a problem
     evaluator = _Evaluator(operators=_OPERATORS, names=dict(variables), functions=FUNCTIONS)
     try:
-        return evaluator.eval(text.strip())
+        return evaluator.eval(text.strip(), previously_parsed=tree.body)
     except simpleeval.InvalidExpression as exc:
         raise ExpressionError(f"the expression cannot be evaluated: {exc}") from exc
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as exc:
