@@ -45,6 +45,7 @@ PARTS = [
     ("route matching", "matches ("),
     ("response validation and serialization", "serialize_response"),
     ("FastAPI dependency solving", "solve_dependencies"),
+    ("the direct handler (kit/direct)", "kit/direct.py"),
     ("the unit of work (kit/db)", "kit/db.py"),
     ("endpoint and service (api_keys/)", "api_keys/"),
 ]
