@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +145,36 @@ async def measure(app: Any, token: str, requests: int) -> None:
         )
 
 
+@contextlib.contextmanager
+def profiled_platform(data_dir: str, *, postgresql: bool, **settings: str) -> Iterator[str]:
+    """The platform's settings for a profile in this process's environment (rate limits and decoder
+    processes off, ``settings`` on top), a migrated database (a fresh PostgreSQL one with
+    ``postgresql``, dropped afterwards) and a day-long token: the token is yielded."""
+    os.environ.update(
+        {
+            "PARLEY_DATA_DIR": data_dir,
+            "PARLEY_LOG_LEVEL": "WARNING",
+            "PARLEY_RATE_LIMIT_PER_MINUTE": "0",
+            "PARLEY_RATE_LIMIT_ORG_PER_MINUTE": "0",
+            "PARLEY_VOICE_DECODER_PROCESSES": "0",
+            "PARLEY_VOICE_DECODER_POOL": "0",
+            **settings,
+        }
+    )
+    name = None
+    if postgresql:
+        name, os.environ["PARLEY_DATABASE_URL"] = pg.create_database("parley_profile")
+    try:
+        subprocess.run([sys.executable, "-m", "parley", "db", "upgrade"], check=True, capture_output=True)
+        create = ["token", "create", "--sub", "profile-user", "--ttl", "86400"]
+        yield subprocess.run(
+            [sys.executable, "-m", "parley", *create], check=True, capture_output=True, text=True
+        ).stdout.strip()
+    finally:
+        if name:
+            pg.drop_database(name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=4000)
@@ -152,44 +184,13 @@ def main() -> None:
     if args.shares:
         shares(args.shares)
         return
-    with tempfile.TemporaryDirectory(prefix="parley-profile-") as data_dir:
-        os.environ.update(
-            {
-                "PARLEY_DATA_DIR": data_dir,
-                "PARLEY_LOG_LEVEL": "WARNING",
-                "PARLEY_RATE_LIMIT_PER_MINUTE": "0",
-                "PARLEY_RATE_LIMIT_ORG_PER_MINUTE": "0",
-                "PARLEY_VOICE_DECODER_PROCESSES": "0",
-                "PARLEY_VOICE_DECODER_POOL": "0",
-            }
-        )
-        name = None
-        if args.postgresql:
-            name, os.environ["PARLEY_DATABASE_URL"] = pg.create_database("parley_profile")
-        try:
-            subprocess.run([sys.executable, "-m", "parley", "db", "upgrade"], check=True, capture_output=True)
-            token = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "parley",
-                    "token",
-                    "create",
-                    "--sub",
-                    "profile-user",
-                    "--ttl",
-                    "86400",
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            from parley.app import create_app_from_env
+    with (
+        tempfile.TemporaryDirectory(prefix="parley-profile-") as data_dir,
+        profiled_platform(data_dir, postgresql=args.postgresql) as token,
+    ):
+        from parley.app import create_app_from_env
 
-            asyncio.run(measure(create_app_from_env(), token, args.requests))
-        finally:
-            if name:
-                pg.drop_database(name)
+        asyncio.run(measure(create_app_from_env(), token, args.requests))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import asyncio
 import collections
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests import pg
 
+from bench.request_profile import profiled_platform
 from bench.runtime_bench import free_port, order_flow, prepare_connector, start
 
 REQUEST_FRAME = "turn_profile.py:"
@@ -199,46 +198,18 @@ def main() -> None:
             connector_env,
             Path(tmp, "connector.log"),
         )
-        os.environ.update(
-            {
-                "PARLEY_DATA_DIR": f"{tmp}/platform",
-                "PARLEY_CONNECTOR_URL": f"http://127.0.0.1:{connector_port}",
-                "PARLEY_LOG_LEVEL": "WARNING",
-                "PARLEY_RATE_LIMIT_PER_MINUTE": "0",
-                "PARLEY_RATE_LIMIT_ORG_PER_MINUTE": "0",
-                "PARLEY_VOICE_DECODER_PROCESSES": "0",
-                "PARLEY_VOICE_DECODER_POOL": "0",
-            }
-        )
-        name = None
-        if args.postgresql:
-            name, os.environ["PARLEY_DATABASE_URL"] = pg.create_database("parley_turn_profile")
         try:
-            subprocess.run([sys.executable, "-m", "parley", "db", "upgrade"], check=True, capture_output=True)
-            token = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "parley",
-                    "token",
-                    "create",
-                    "--sub",
-                    "profile-user",
-                    "--ttl",
-                    "86400",
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            from parley.app import create_app_from_env
+            with profiled_platform(
+                f"{tmp}/platform",
+                postgresql=args.postgresql,
+                PARLEY_CONNECTOR_URL=f"http://127.0.0.1:{connector_port}",
+            ) as token:
+                from parley.app import create_app_from_env
 
-            asyncio.run(measure(create_app_from_env(), token, connector_key, args.conversations))
+                asyncio.run(measure(create_app_from_env(), token, connector_key, args.conversations))
         finally:
             connector.kill()
             connector.wait()
-            if name:
-                pg.drop_database(name)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,11 @@ def _is_plain_coroutine(call: Any) -> bool:
 _PARAM_SOURCES = ("path_params", "query_params", "header_params", "cookie_params")
 
 
+def _fields_of(dependant: Dependant) -> list[tuple[str, list[Any]]]:
+    """(where in the request, FastAPI's fields) for each kind of parameter ``dependant`` reads."""
+    return [(source, getattr(dependant, source)) for source in _PARAM_SOURCES if getattr(dependant, source)]
+
+
 class _Step:
     """One dependency call: its own parameters (validated with the route's), the request, and the
     values of the dependencies it depends on (earlier steps)."""
@@ -177,10 +182,7 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
     # Every parameter of the request, the dependencies' own included, is validated before anything runs.
     step_fields = [(index, step.fields) for index, step in enumerate(steps) if step.fields]
 
-    path_params = dependant.path_params
-    query_params = dependant.query_params
-    header_params = dependant.header_params
-    cookie_params = dependant.cookie_params
+    route_fields = _fields_of(dependant)
     body_params = dependant.body_params
     embed_body_fields = effective._embed_body_fields
     request_param_name = dependant.request_param_name
@@ -212,23 +214,8 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
         ):
             return await fallback(request)
         values: dict[str, Any] = {}
-        if path_params:
-            found, errors = request_params_to_args(path_params, request.path_params)
-            if errors:
-                return await fallback(request)
-            values.update(found)
-        if query_params:
-            found, errors = request_params_to_args(query_params, request.query_params)
-            if errors:
-                return await fallback(request)
-            values.update(found)
-        if header_params:
-            found, errors = request_params_to_args(header_params, request.headers)
-            if errors:
-                return await fallback(request)
-            values.update(found)
-        if cookie_params:
-            found, errors = request_params_to_args(cookie_params, request.cookies)
+        for source, fields in route_fields:
+            found, errors = request_params_to_args(fields, _received(request, source))
             if errors:
                 return await fallback(request)
             values.update(found)
