@@ -143,6 +143,14 @@ REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
         },
     ),
     ("POST", "/t/items", {"headers": {"authorization": "Bearer good"}}),  # no body: 422
+    (
+        "POST",
+        "/t/items",
+        {
+            "headers": {"authorization": "Bearer good", "content-type": "application/json"},
+            "content": b"[" * 100_000,
+        },
+    ),  # nested deeper than the parser goes
     ("POST", "/t/items", {"json": {"name": "wheel"}}),  # 401
     ("GET", "/t/plain/hello", {"headers": {"x-tag": "blue"}}),
     ("GET", "/t/plain/hello", {}),

@@ -225,7 +225,7 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
                 return await fallback(request)
             try:
                 body = json.loads(raw_body)
-            except ValueError:  # FastAPI answers the decode error (and caches nothing of ours)
+            except Exception:  # not JSON, or nested too deep: FastAPI's handler answers it (400/422)
                 return await fallback(request)
             found, body_errors = await request_body_to_args(
                 body_fields=body_params, received_body=body, embed_body_fields=embed_body_fields
