@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -55,25 +56,29 @@ MIDDLEWARE = "kit/middleware.py"
 REQUEST_FRAME = "request_profile.py:"  # with send_request: samples taken while a request ran
 
 
-def shares(raw_path: str) -> None:
-    counts: collections.Counter[str] = collections.Counter()
-    total = 0
+def request_samples(raw_path: str, script: str) -> Iterator[tuple[list[str], int]]:
+    """The stacks (outermost frame first) and sample counts of a py-spy raw profile of ``script``
+    taken while ``send_request`` ran."""
     with open(raw_path) as raw:
         for line in raw:
             stack, _, number = line.rstrip("\n").rpartition(" ")
-            if "send_request (" not in stack or REQUEST_FRAME not in stack:
-                continue
-            samples = int(number)
-            total += samples
-            frames = stack.split(";")
-            if MIDDLEWARE in frames[-1]:
-                counts["Parley's own middleware code"] += samples
-                continue
-            part = next(
-                (name for frame in reversed(frames) for name, marker in PARTS if marker in frame),
-                "FastAPI and Starlette request handling (middleware stack, handler, response)",
-            )
-            counts[part] += samples
+            if "send_request (" in stack and script in stack:
+                yield stack.split(";"), int(number)
+
+
+def shares(raw_path: str) -> None:
+    counts: collections.Counter[str] = collections.Counter()
+    total = 0
+    for frames, samples in request_samples(raw_path, REQUEST_FRAME):
+        total += samples
+        if MIDDLEWARE in frames[-1]:
+            counts["Parley's own middleware code"] += samples
+            continue
+        part = next(
+            (name for frame in reversed(frames) for name, marker in PARTS if marker in frame),
+            "FastAPI and Starlette request handling (middleware stack, handler, response)",
+        )
+        counts[part] += samples
     if not total:
         sys.exit(f"no request samples in {raw_path}")
     print(f"{total} samples while a request ran\n\n| part of the request | share |\n|---|---|")
@@ -81,12 +86,22 @@ def shares(raw_path: str) -> None:
         print(f"| {name} | {samples / total * 100:.1f} % |")
 
 
-async def send_request(app: Any, path: str, headers: list[tuple[bytes, bytes]]) -> int:
+async def send_request(
+    app: Any, path: str, headers: list[tuple[bytes, bytes]], method: str = "GET", body: Any = None
+) -> tuple[int, bytes]:
+    """One request as a raw ASGI call (``body``: sent as JSON); its status and response body."""
+    payload = b"" if body is None else json.dumps(body).encode()
+    if body is not None:
+        headers = [
+            *headers,
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+        ]
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
@@ -98,17 +113,25 @@ async def send_request(app: Any, path: str, headers: list[tuple[bytes, bytes]]) 
         "state": {},
     }
     status = 0
+    chunks: list[bytes] = []
+    received = False
 
     async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
+        nonlocal received
+        if received:  # the app listens for a disconnect: there is none
+            await asyncio.sleep(3600)
+        received = True
+        return {"type": "http.request", "body": payload, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
 
     await app(scope, receive, send)
-    return status
+    return status, b"".join(chunks)
 
 
 async def measure(app: Any, token: str, requests: int) -> None:
@@ -126,7 +149,7 @@ async def measure(app: Any, token: str, requests: int) -> None:
         path = f"/api/api-keys/{key['id']}"
         headers = [(name.lower().encode(), value.encode()) for name, value in auth.items()]
         headers.append((b"host", b"profile"))
-        if (status := await send_request(app, path, headers)) != 200:
+        if (status := (await send_request(app, path, headers))[0]) != 200:
             sys.exit(f"GET {path} answered {status}")
         for _ in range(500):  # warm-up: caches, pool, statement cache
             await send_request(app, path, headers)

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.request_profile import profiled_platform
+from bench.request_profile import profiled_platform, request_samples, send_request
 from bench.runtime_bench import free_port, order_flow, prepare_connector, start
 
 REQUEST_FRAME = "turn_profile.py:"
@@ -41,21 +41,15 @@ def shares(raw_path: str, top: int = 60) -> None:
     """Inclusive share of each function among the samples taken while a request ran."""
     inclusive: collections.Counter[str] = collections.Counter()
     total = 0
-    with open(raw_path) as raw:
-        for line in raw:
-            stack, _, number = line.rstrip("\n").rpartition(" ")
-            if "send_request (" not in stack or REQUEST_FRAME not in stack:
-                continue
-            samples = int(number)
-            total += samples
-            frames = stack.split(";")
-            start_at = next(i for i, frame in enumerate(frames) if "send_request (" in frame)
-            seen = set()
-            for frame in frames[start_at + 1 :]:
-                name = frame.split(":")[0].split("site-packages/")[-1].split("src/")[-1]
-                if name not in seen:
-                    seen.add(name)
-                    inclusive[name] += samples
+    for frames, samples in request_samples(raw_path, REQUEST_FRAME):
+        total += samples
+        start_at = next(i for i, frame in enumerate(frames) if "send_request (" in frame)
+        seen = set()
+        for frame in frames[start_at + 1 :]:
+            name = frame.split(":")[0].split("site-packages/")[-1].split("src/")[-1]
+            if name not in seen:
+                seen.add(name)
+                inclusive[name] += samples
     if not total:
         sys.exit(f"no request samples in {raw_path}")
     print(f"{total} samples while a request ran\n\n| function (inclusive) | share |\n|---|---|")
@@ -63,65 +57,23 @@ def shares(raw_path: str, top: int = 60) -> None:
         print(f"| {name} | {samples / total * 100:.1f} % |")
 
 
-async def send_request(
-    app: Any, method: str, path: str, headers: list[tuple[bytes, bytes]], body: dict[str, Any] | None = None
+async def post(
+    app: Any, path: str, headers: list[tuple[bytes, bytes]], body: dict[str, Any]
 ) -> tuple[int, dict[str, Any]]:
-    payload = json.dumps(body).encode() if body is not None else b""
-    all_headers = [
-        *headers,
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-    ]
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": all_headers,
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
-    status = 0
-    chunks: list[bytes] = []
-    sent = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if sent:
-            await asyncio.sleep(3600)
-        sent = True
-        return {"type": "http.request", "body": payload, "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-
-    await app(scope, receive, send)
-    raw = b"".join(chunks)
+    status, raw = await send_request(app, path, headers, method="POST", body=body)
     return status, json.loads(raw) if raw else {}
 
 
 async def conversation(app: Any, headers: list[tuple[bytes, bytes]], flow_id: str, i: int) -> None:
-    status, opening = await send_request(
-        app, "POST", "/api/sessions", headers, {"flow_id": flow_id, "channel": "web"}
-    )
+    status, opening = await post(app, "/api/sessions", headers, {"flow_id": flow_id, "channel": "web"})
     if status != 200:
         sys.exit(f"POST /api/sessions answered {status}: {opening}")
     path = f"/api/sessions/{opening['id']}/messages"
-    status, turn = await send_request(app, "POST", path, headers, {"text": "eins zwei" if i % 2 else "1 7"})
+    status, turn = await post(app, path, headers, {"text": "eins zwei" if i % 2 else "1 7"})
     if status != 200 or "Kosten wissen" not in turn.get("reply", ""):
         sys.exit(f"order number turn answered {status}: {turn}")
     for _ in range(2):
-        status, turn = await send_request(app, "POST", path, headers, {"text": "nein"})
+        status, turn = await post(app, path, headers, {"text": "nein"})
         if status != 200:
             sys.exit(f"'nein' answered {status}: {turn}")
     if turn.get("outcome") != "completed":

@@ -110,9 +110,7 @@ def _plan(dependant: Dependant, steps: list[_Step], first_of: dict[Any, int]) ->
             step = _Step(sub)
             step.inputs = inputs
             step.request_name = sub.request_param_name
-            step.fields = [
-                (source, getattr(sub, source)) for source in _PARAM_SOURCES if getattr(sub, source)
-            ]
+            step.fields = _fields_of(sub)
             index = len(steps)
             steps.append(step)
             if sub.use_cache:
