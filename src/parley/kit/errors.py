@@ -190,7 +190,13 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _database_unavailable(request: Request, exc: Exception) -> JSONBytesResponse:
         # Connection loss, a restarting server, SQLite's "database is locked": retryable, not a bug.
         cause = exc.orig if isinstance(exc, DBAPIError) else exc
-        log.warning("database_unavailable", error_type=type(cause).__name__, path=request.url.path)
+        log.warning(
+            "database_unavailable",
+            error_type=type(cause).__name__,
+            # SQLite's extended result code tells which kind of busy or lock it was (None elsewhere).
+            sqlite_code=getattr(cause, "sqlite_errorcode", None),
+            path=request.url.path,
+        )
         DB_UNAVAILABLE.labels(type(cause).__name__).inc()
         return error_response(
             503,
