@@ -28,6 +28,18 @@ loop) and changes what crosses them:
   rows, a ``DELETE`` that may cascade, anything before the lock is taken) and every ``COMMIT`` that
   follows a write (which may checkpoint the WAL) stay on the thread.
 
+A deferred transaction that has only read when it first writes cannot always take the write lock: if
+another connection committed after its first read, SQLite refuses with ``SQLITE_BUSY_SNAPSHOT``, at
+once and whatever the busy time-out (its snapshot is stale). The adapter then ends the read snapshot,
+takes the lock with ``BEGIN IMMEDIATE`` (waiting as a writer does), opens the same savepoints again and
+runs the write: the earlier reads are not repeated. That is what PostgreSQL's default isolation (read
+committed) does with the same statements, and the platform's code is written for it: each statement
+sees what was committed before it. A transaction that has written anything is never restarted.
+
+Busy and locked errors are told apart by SQLite's primary result code: Python reports the extended
+one (``SQLITE_BUSY_RECOVERY``, ``SQLITE_BUSY_SNAPSHOT``...), and a read on the event loop that meets
+any kind of busy goes on on the thread instead of failing.
+
 Nothing else changes: the same ``sqlite3`` connection, errors and transaction boundaries. A held
 ``BEGIN IMMEDIATE`` takes the write lock with the first statement instead of just before it.
 """
@@ -45,6 +57,8 @@ import aiosqlite
 INLINE_BUDGET_S = 0.002  # a SELECT still running after this long goes on on the connection's thread
 BUDGET_CHECK_STEPS = 1000  # SQLite virtual-machine steps between two looks at the budget
 _GIVE_WAY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT})
+_BUSY_OR_LOCKED = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+SQLITE_BUSY_SNAPSHOT = 517  # sqlite3.SQLITE_BUSY_SNAPSHOT from Python 3.11 on; spelled out for clarity
 
 Description = tuple[tuple[Any, ...], ...] | None
 Outcome = tuple[Description, int, int | None, list[Any]]
@@ -65,6 +79,30 @@ def _run(connection: sqlite3.Connection, begin: str | None, sql: str, parameters
         return description, cursor.rowcount, cursor.lastrowid, rows
     finally:
         cursor.close()
+
+
+def _primary_code(error: sqlite3.Error) -> int | None:
+    """SQLite's primary result code (``SQLITE_BUSY`` for ``SQLITE_BUSY_RECOVERY`` and the like)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def _run_upgrading(
+    connection: sqlite3.Connection, savepoints: tuple[str, ...], sql: str, parameters: Any, many: bool
+) -> Outcome:
+    """On the thread, in a deferred transaction that has only read: the statement, and when it is a
+    write SQLite refuses for a stale snapshot, the same write in a new ``BEGIN IMMEDIATE`` transaction
+    with the open savepoints opened again (see the module docstring)."""
+    try:
+        return _run(connection, None, sql, parameters, many)
+    except sqlite3.OperationalError as error:
+        if getattr(error, "sqlite_errorcode", None) != SQLITE_BUSY_SNAPSHOT:
+            raise
+    connection.rollback()  # only reads to undo: the read snapshot ends
+    connection.execute("BEGIN IMMEDIATE")  # waits for the write lock up to the busy time-out
+    for savepoint in savepoints:
+        connection.execute(savepoint)
+    return _run(connection, None, sql, parameters, many)
 
 
 def _is_begin(sql: str) -> bool:
@@ -122,6 +160,9 @@ class OneHopCursor:
             self._position = 0
             return self
         begin, connection.held_begin = connection.held_begin, None
+        if begin is not None:  # this statement opens the transaction
+            connection.only_read = not _may_wait(begin)
+            connection.savepoints = []
         outcome: Outcome | None = None
         if not many and sql[:6].upper() == "SELECT" and not _may_wait(begin):
             outcome, begin = connection.read_here(begin, sql, parameters)
@@ -131,7 +172,15 @@ class OneHopCursor:
         if outcome is None:
             connection.wrote = True  # may have written: its transaction ends on the thread
             try:
-                outcome = await connection.on_thread(_run, connection.sqlite, begin, sql, parameters, many)
+                if begin is None and connection.only_read and connection.sqlite.in_transaction:
+                    savepoints = tuple(connection.savepoints)
+                    outcome = await connection.on_thread(
+                        _run_upgrading, connection.sqlite, savepoints, sql, parameters, many
+                    )
+                else:
+                    outcome = await connection.on_thread(
+                        _run, connection.sqlite, begin, sql, parameters, many
+                    )
             except BaseException:
                 connection.write_locked = False  # SQLite may have ended the transaction: ask again later
                 raise
@@ -142,6 +191,8 @@ class OneHopCursor:
             connection.write_locked = connection.sqlite.in_transaction and (
                 connection.write_locked or _may_wait(begin) or sql[:6].upper() in _WRITES
             )
+        if connection.only_read:
+            connection.note_statement(sql)
         self.description, self.rowcount, self.lastrowid, self._rows = outcome
         self._position = 0
         return self
@@ -205,6 +256,10 @@ class OneHopConnection(aiosqlite.Connection):
         self._busy_now: int | None = None  # the one set now (0 while working on the event loop)
         self.wrote = False  # a statement of the open transaction ran on the thread (it may have written)
         self.write_locked = False  # the open transaction holds SQLite's write lock
+        # The open transaction is a deferred one that has only read so far (and the savepoints it has
+        # open): a write refused for a stale snapshot may then restart it (see _run_upgrading).
+        self.only_read = False
+        self.savepoints: list[str] = []
 
     @property
     def sqlite(self) -> sqlite3.Connection:
@@ -223,7 +278,7 @@ class OneHopConnection(aiosqlite.Connection):
                 begin = None
             return _run(connection, None, sql, parameters, False), None
         except sqlite3.OperationalError as error:
-            if error.sqlite_errorcode in _GIVE_WAY:
+            if _primary_code(error) in _GIVE_WAY:
                 return None, begin
             raise
         finally:
@@ -239,10 +294,28 @@ class OneHopConnection(aiosqlite.Connection):
         try:
             return _run(connection, None, sql, parameters, False)
         except sqlite3.OperationalError as error:
-            if error.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            if _primary_code(error) in _BUSY_OR_LOCKED:
                 self.write_locked = False
                 return None  # nothing was written: the thread runs it, waiting as long as it may
             raise
+
+    def note_statement(self, sql: str) -> None:
+        """Keep ``only_read`` and the open savepoints up to date after a statement of the transaction."""
+        head = sql[:9].upper()
+        if head.startswith("SELECT"):
+            return
+        if head == "SAVEPOINT":
+            self.savepoints.append(sql)
+            return
+        # RELEASE ends the named savepoint and every later one; ROLLBACK TO ends the later ones only.
+        release, rollback_to = head.startswith("RELEASE"), head.startswith("ROLLBACK")
+        if not (release or rollback_to):
+            self.only_read = False
+            return
+        name = sql.split()[-1]
+        opened = [savepoint.split()[-1] for savepoint in self.savepoints]
+        if name in opened:
+            del self.savepoints[opened.index(name) + (0 if release else 1) :]
 
     def _busy_wait(self, allowed: bool) -> None:
         """SQLite's busy time-out: 0 for work on the event loop, the configured one on the thread.
@@ -279,7 +352,7 @@ class OneHopConnection(aiosqlite.Connection):
         await self._end("rollback")
 
     async def _end(self, how: str) -> None:
-        self.write_locked = False
+        self.write_locked = self.only_read = False
         if not self._open_transaction():
             self.wrote = False
             return
