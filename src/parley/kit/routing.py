@@ -26,6 +26,17 @@ from starlette.types import Scope
 from parley.kit.db import end_request_unit
 from parley.kit.direct import direct_handler
 
+try:  # FastAPI 0.165's included-router bookkeeping; without it, no prefix skipping
+    from fastapi.routing import (
+        _FASTAPI_INCLUDED_ROUTER_KEY,
+        _FASTAPI_SCOPE_KEY,
+        _IncludedRouter,
+    )
+except ImportError:  # pragma: no cover - another FastAPI version
+    _PREFIXED = False
+else:
+    _PREFIXED = True
+
 
 class UnitOfWorkRoute(APIRoute):
     """Commits the request's unit of work when the handler returns, before the response is sent (a
@@ -69,8 +80,13 @@ class ParleyRouter(APIRouter):
         super().__init__(prefix=prefix, **kwargs)
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        # Every route of this router starts with the prefix (FastAPI prepends it to each), so no route
-        # can match (not even partly, for a 405) a path that does not.
-        if self.prefix and not get_route_path(scope).startswith(self.prefix):
-            return Match.NONE, {}
+        # Every route of this router starts with the prefix of its inclusion (a parent router's, or
+        # include_router's prefix=) and its own: FastAPI prepends both to each, so no route can match
+        # (not even partly, for a 405) a path that does not. FastAPI names the inclusion in the scope.
+        if self.prefix and _PREFIXED:
+            included = scope.get(_FASTAPI_SCOPE_KEY, {}).get(_FASTAPI_INCLUDED_ROUTER_KEY)
+            if type(included) is _IncludedRouter and included.original_router is self:
+                prefix = included.include_context.prefix + self.prefix
+                if not get_route_path(scope).startswith(prefix):
+                    return Match.NONE, {}
         return super().matches(scope)
