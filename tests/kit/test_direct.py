@@ -11,11 +11,12 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import httpx
+import orjson
 import pytest
-from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Cookie, Depends, FastAPI, Header, HTTPException, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 from starlette.requests import Request as StarletteRequest
 
 from parley.kit.direct import direct_handler
@@ -106,6 +107,47 @@ def build(router: APIRouter, calls: list[str]) -> FastAPI:
         response.headers["x-set"] = "yes"
         return {}
 
+    async def traced(x_trace_id: Annotated[str | None, Header()] = None) -> str | None:
+        calls.append("traced")
+        return x_trace_id
+
+    @router.get("/params/{wordId}")
+    async def parameters(
+        word: Annotated[str, Path(alias="wordId", max_length=8)],
+        trace: Annotated[str | None, Depends(traced)],
+        size: Annotated[int, Query(alias="page-size", ge=1)] = 10,
+        term: Annotated[str | None, Query(validation_alias=AliasChoices("q", "query"))] = None,
+        raw_header: Annotated[str | None, Header(convert_underscores=False)] = None,
+        session: Annotated[str | None, Cookie()] = None,
+        flag: Annotated[bool, Query()] = False,
+        when: Annotated[int, Query(ge=0)] = -1,  # a default that would not validate: it is not validated
+    ) -> dict[str, Any]:
+        return {
+            "word": word,
+            "trace": trace,
+            "size": size,
+            "term": term,
+            "raw_header": raw_header,
+            "session": session,
+            "flag": flag,
+            "when": when,
+        }
+
+    @router.get("/tags")
+    async def with_tags(
+        tags: Annotated[list[str], Query()] = [],  # noqa: B006 - a sequence: read by FastAPI's function
+        size: Annotated[int, Query(ge=1)] = 1,
+    ) -> dict[str, Any]:
+        return {"tags": tags, "size": size}
+
+    @router.get("/needs")
+    async def needs(
+        need: Annotated[int, Query()],
+        x_need: Annotated[str, Header()],
+        maybe: Annotated[str | None, Query()] = None,
+    ) -> dict[str, Any]:
+        return {"need": need, "x_need": x_need, "maybe": maybe}
+
     app = FastAPI()
     app.include_router(router)
     return app
@@ -159,6 +201,25 @@ REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/t/held", {}),  # 401 after both dependencies with yield were entered: both exit
     ("GET", "/t/with-response", {}),
     ("GET", "/t/broken", {}),  # the response fails its model: the same error, naming the same endpoint
+    ("GET", "/t/params/w", {}),
+    (
+        "GET",
+        "/t/params/w?page-size=3&q=a&query=b&flag=yes&when=4",
+        {"headers": {"x-trace-id": "t1", "raw_header": "r", "cookie": "session=s1"}},
+    ),
+    ("GET", "/t/params/w?query=b&size=5", {"headers": {"x_trace_id": "under", "raw-header": "dash"}}),
+    ("GET", "/t/params/w?page-size=0", {}),  # 422
+    ("GET", "/t/params/w?page-size=x&flag=maybe", {}),  # 422, two errors
+    ("GET", "/t/params/toolongword", {}),  # 422 (the aliased path parameter)
+    ("GET", "/t/params/w?when=-2", {}),  # 422: a given value is validated
+    ("GET", "/t/params/w?page-size=&q=", {"headers": {"cookie": "session="}}),  # empty values
+    ("GET", "/t/tags?tags=a&tags=b&size=2", {}),
+    ("GET", "/t/tags", {}),
+    ("GET", "/t/tags?size=0", {}),
+    ("GET", "/t/needs?need=1", {"headers": {"x-need": "yes"}}),
+    ("GET", "/t/needs?need=1&maybe=m", {"headers": {"x-need": "yes"}}),
+    ("GET", "/t/needs?need=1", {}),  # 422: a required header is missing
+    ("GET", "/t/needs", {"headers": {"x-need": "yes"}}),  # 422: a required query parameter is missing
 ]
 
 
@@ -250,3 +311,37 @@ async def test_dependency_overrides_are_honoured() -> None:
     app.dependency_overrides[route_dependency] = stand_in
     status, body, _ = await _answer(app, "GET", "/t/items/3", {})
     assert status == 200 and b'"caller":"bobbob"' in body
+
+
+async def test_parameters_are_read_as_fastapi_reads_them_without_its_handler() -> None:
+    calls: list[str] = []
+    router = APIRouter(prefix="/t")
+    build(router, calls)
+
+    async def fallback(request: Any) -> Any:
+        raise AssertionError("a valid request is served directly")
+
+    handler = direct_handler(_route(router, "/t/params/{wordId}", "GET"), fallback)
+    assert handler is not None
+    request = _request(
+        {"wordId": "w"},
+        b"query=b&page-size=3",
+        [(b"x-trace-id", b"t"), (b"raw_header", b"r"), (b"cookie", b"session=s")],
+    )
+    response = await handler(request)
+    assert orjson.loads(response.body) == {
+        "word": "w",
+        "trace": "t",
+        "size": 3,
+        "term": "b",
+        "raw_header": "r",
+        "session": "s",
+        "flag": False,
+        "when": -1,
+    }
+    response = await handler(_request({"wordId": "w"}, b"", []))
+    assert orjson.loads(response.body)["size"] == 10
+    response = await direct_handler(_route(router, "/t/tags", "GET"), fallback)(  # type: ignore[misc]
+        _request({}, b"tags=a&tags=b")
+    )
+    assert orjson.loads(response.body) == {"tags": ["a", "b"], "size": 1}

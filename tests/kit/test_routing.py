@@ -102,3 +102,37 @@ async def test_the_unit_commits_before_the_response_and_rolls_back_a_failed_hand
             assert [row[0] for row in await conn.execute(text("SELECT v FROM t"))] == ["kept"]
     finally:
         await database.engine.dispose()
+
+
+async def test_prefix_skipping_counts_the_prefix_of_the_inclusion() -> None:
+    """A router included with a prefix (by a parent router, or include_router's prefix=) serves its
+    routes under both prefixes, as FastAPI's own router does."""
+    answers = []
+    for router_class in (APIRouter, ParleyRouter):
+        parent = router_class(prefix="/api/nest")
+        child = router_class(prefix="/inner")
+        versioned = router_class(prefix="/things")
+
+        @child.get("/{x}")
+        async def nested(x: str) -> dict[str, str]:
+            return {"nested": x}
+
+        @versioned.get("/{x}")
+        async def thing(x: str) -> dict[str, str]:
+            return {"thing": x}
+
+        parent.include_router(child)
+        app = FastAPI()
+        app.include_router(parent)
+        app.include_router(versioned, prefix="/v2")
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            answers.append(
+                [
+                    ((response := await client.get(path)).status_code, response.content)
+                    for path in ("/api/nest/inner/x", "/inner/x", "/v2/things/1", "/things/1", "/v2/things")
+                ]
+            )
+    assert answers[0][0] == (200, b'{"nested":"x"}')
+    assert answers[0][2] == (200, b'{"thing":"1"}')
+    assert answers[1] == answers[0]

@@ -8,8 +8,11 @@ dependencies that take only the ``Request``, such as the identity) that is most 
 per-request cost.
 
 :func:`direct_handler` compiles such a route into a handler that does the same work in a straight
-line, with FastAPI's own functions: ``request_params_to_args`` and ``request_body_to_args`` validate
-the parameters, ``serialize_response`` validates and serializes the result. It serves only the
+line, with FastAPI's own functions: ``request_body_to_args`` validates the body, each parameter's
+own FastAPI field validates it (a plain path, query, header or cookie parameter is read as
+``request_params_to_args`` reads it, with what that function works out per request about the field
+worked out once; sequences and parameter models go through the function itself), and
+``serialize_response`` validates and serializes the result. It serves only the
 request whose parameters are valid; anything else is handed, untouched, to FastAPI's own handler
 before any dependency has run: invalid input (so the 422 body, and the order "dependencies first,
 then validation errors", are FastAPI's), a body that is not plain JSON, dependency overrides (tests)
@@ -23,6 +26,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Coroutine
+from copy import deepcopy
 from typing import Any
 
 from fastapi import Request, Response, params
@@ -44,6 +48,75 @@ except ImportError:  # pragma: no cover - another FastAPI version
     _COMPILABLE = False
 else:
     _COMPILABLE = True
+
+
+try:  # how FastAPI reads one parameter; without them every parameter goes through request_params_to_args
+    from fastapi._compat import field_annotation_is_sequence
+    from fastapi.dependencies.utils import _get_param_aliases, _get_param_model
+except ImportError:  # pragma: no cover - another FastAPI version
+    _READABLE = False
+else:
+    _READABLE = True
+
+ParamsReader = Callable[[Any], "dict[str, Any] | None"]
+
+
+def _is_plain_param(field: Any) -> bool:
+    """A path, query, header or cookie parameter of one value (no sequence, no model of parameters)."""
+    return (
+        isinstance(field.field_info, params.Param)
+        and _get_param_model(field) is None
+        and not field_annotation_is_sequence(field.field_info.annotation)
+    )
+
+
+def _params_reader(fields: list[Any]) -> ParamsReader:
+    """``received -> values`` for ``fields``, or None when one does not validate (FastAPI's handler then
+    answers). ``request_params_to_args`` decides per request, for each field, whether it is a model of
+    parameters or a sequence and which names it answers to; for plain parameters this decides that once
+    and then does the same per request: the first of the names the request has (else the first name),
+    missing when absent (required: invalid; else a copy of the default, validated if the field says
+    so), then FastAPI's own validation of the field. Other fields go through request_params_to_args."""
+    if not (_READABLE and all(_is_plain_param(field) for field in fields)):
+
+        def read_generally(received: Any) -> dict[str, Any] | None:
+            found, errors = request_params_to_args(fields, received)
+            return None if errors else found
+
+        return read_generally
+    plan = [
+        (
+            field,
+            field.name,
+            tuple(key for _, key in _get_param_aliases(field)),
+            field.field_info.in_.value,
+            field.field_info.is_required(),
+            field.field_info.validate_default,
+        )
+        for field in fields
+    ]
+
+    def read(received: Any) -> dict[str, Any] | None:
+        values: dict[str, Any] = {}
+        for field, name, keys, kind, required, validate_default in plan:
+            key = keys[0]
+            if len(keys) > 1:
+                key = next((candidate for candidate in keys if candidate in received), key)
+            value = received.get(key, None)
+            if value is None:
+                if required:
+                    return None
+                value = deepcopy(field.default)
+                if not validate_default:
+                    values[name] = value
+                    continue
+            valid, errors = field.validate(value, values, loc=(kind, key))
+            if errors:
+                return None
+            values[name] = valid
+        return values
+
+    return read
 
 
 def _is_plain_coroutine(call: Any) -> bool:
@@ -178,9 +251,13 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
     if route_inputs is None:
         return None
     # Every parameter of the request, the dependencies' own included, is validated before anything runs.
-    step_fields = [(index, step.fields) for index, step in enumerate(steps) if step.fields]
+    step_fields = [
+        (index, [(source, _params_reader(fields)) for source, fields in step.fields])
+        for index, step in enumerate(steps)
+        if step.fields
+    ]
 
-    route_fields = _fields_of(dependant)
+    route_fields = [(source, _params_reader(fields)) for source, fields in _fields_of(dependant)]
     body_params = dependant.body_params
     embed_body_fields = effective._embed_body_fields
     request_param_name = dependant.request_param_name
@@ -212,9 +289,9 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
         ):
             return await fallback(request)
         values: dict[str, Any] = {}
-        for source, fields in route_fields:
-            found, errors = request_params_to_args(fields, _received(request, source))
-            if errors:
+        for source, read in route_fields:
+            found = read(_received(request, source))
+            if found is None:
                 return await fallback(request)
             values.update(found)
         if body_field is not None:
@@ -234,10 +311,10 @@ def direct_handler(route: APIRoute, fallback: Handler) -> Handler | None:
         if request_param_name is not None:
             values[request_param_name] = request
         arguments: list[dict[str, Any]] = [{} for _ in steps] if step_fields else []
-        for index, fields in step_fields:
-            for source, source_fields in fields:
-                found, errors = request_params_to_args(source_fields, _received(request, source))
-                if errors:
+        for index, readers in step_fields:
+            for source, read in readers:
+                found = read(_received(request, source))
+                if found is None:
                     return await fallback(request)
                 arguments[index].update(found)
         solved: list[Any] = []
