@@ -48,11 +48,8 @@ browser:
 # runs them in one process), each with databases and temporary directories of its own; a file's tests
 # stay on one worker (--dist loadfile). Files are handed out in the order tests/conftest.py gives them
 # (--no-loadscope-reorder): those with a `slow` test first, so the one-test files that take tens of
-# seconds do not run last while the other worker idles. The real-time voice tests (marker `realtime`) run afterwards,
-# apart from the rest: they play audio at the wall clock's pace and must not share the cores with the CPU-bound
-# main suite. They run on PYTEST_WORKERS workers of their own (a file's tests on one worker, the files with
-# `slow` tests first). They mostly wait for audio: about 90 s of CPU in 200 s of tests, so two of them
-# used about half a core between them (docs/benchmarks.md, "The test suite").
+# seconds do not run last while the other worker idles. The real-time voice tests (marker `realtime`) run afterwards in
+# a process of their own: they measure audio timing and must not share the cores with other tests.
 #
 # The test processes write bytecode even where PYTHONDONTWRITEBYTECODE is set (as on the development
 # machine): otherwise every pytest process (each worker, and the real-time run) rewrites and compiles
@@ -62,7 +59,7 @@ PYTEST_WORKERS ?= 2
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 pytest: $(STAMP_TEST) browser
 	$(PYTEST) -m "not realtime" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
-	$(PYTEST) -m realtime -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(PYTEST) -m realtime
 
 test: lint typecheck pytest
 

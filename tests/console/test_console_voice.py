@@ -80,7 +80,6 @@ def browser(platform: dict[str, Any], caller_wav: Path) -> Iterator[Any]:
             browser.close()
 
 
-@pytest.mark.slow  # 17 s of real-time audio: the greeting, the order, the answer played
 def test_a_spoken_order_number_in_the_console(
     browser: Any, platform: dict[str, Any], connector: dict[str, str]
 ) -> None:

@@ -186,7 +186,6 @@ def test_word_accuracy_and_the_noise_burst() -> None:
 
 
 @pytest.mark.realtime
-@pytest.mark.slow  # a call at the wall clock's pace: 11 to 12 s
 async def test_realtime_pace_streams_like_a_call(lab: Lab) -> None:
     flow_id = await lab.flow(order_status_flow("en"), name="Order status")
     scenario = {"name": "en: order number only", "language": "en", "turns": [{"say": "one two"}]}

@@ -183,7 +183,6 @@ def last_agent_text(page: Any) -> str:
     return str(page.locator("#log li.agent").last.text_content())
 
 
-@pytest.mark.slow  # 15 s of real-time audio: the greeting, the order, the answer played
 def test_a_spoken_order_number_reaches_the_connector_and_the_answer_is_shown_and_played(
     page: Any, platform: dict[str, Any], connector: dict[str, str]
 ) -> None:
@@ -257,7 +256,6 @@ def barging_caller(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.slow  # 15 s of real-time audio
 def test_the_caller_barges_in_and_the_queued_agent_audio_is_dropped(
     playwright: Any, barging_caller: Path, platform: dict[str, Any], connector: dict[str, str]
 ) -> None:
