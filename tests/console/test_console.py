@@ -66,7 +66,7 @@ def _check(response: httpx.Response) -> Any:
 
 def typed_call(base: str, headers: dict[str, str], flow: str, lines: list[str]) -> str:
     # one client for the call's requests: each httpx.post builds a client (and an SSL context) of its own
-    with httpx.Client(base_url=base, headers=headers) as client:
+    with httpx.Client(base_url=base, headers=headers, timeout=SLOW_MACHINE_S) as client:
         turn = _check(client.post("/api/sessions", json={"flow_id": flow, "channel": "web"}))
         for text in lines:
             turn = _check(client.post(f"/api/sessions/{turn['id']}/messages", json={"text": text}))
@@ -100,7 +100,7 @@ async def _voiced_call(base: str, headers: dict[str, str], flow: str) -> str:
     """The caller says an order number over the audio WebSocket; the offline engines hear and answer."""
     chunks = [c async for c in EspeakTts("en-us").synthesize("one two", sample_rate=RATE)]
     speech = b"".join(chunks)
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(timeout=SLOW_MACHINE_S) as client:
         created = await client.post(
             f"{base}/api/sessions", json={"flow_id": flow, "channel": "web", "voiced": True}, headers=headers
         )
@@ -135,7 +135,7 @@ async def _voiced_call(base: str, headers: dict[str, str], flow: str) -> str:
 
 def call_of_session(base: str, headers: dict[str, str], session_id: str, ready: Any) -> dict[str, Any]:
     deadline = time.monotonic() + 60
-    with httpx.Client(base_url=base, headers=headers) as client:
+    with httpx.Client(base_url=base, headers=headers, timeout=SLOW_MACHINE_S) as client:
         while True:
             for item in _check(client.get("/api/calls", params={"limit": 200}))["items"]:
                 call = _check(client.get(f"/api/calls/{item['id']}"))
@@ -201,6 +201,7 @@ def platform(
                 f"{base}/api/organizations",
                 json={"name": "Filiale Nord"},
                 headers={"Authorization": f"Bearer {token}"},
+                timeout=SLOW_MACHINE_S,
             )
         )
         _check(
@@ -208,6 +209,7 @@ def platform(
                 f"{base}/api/organizations/{org}/members",
                 json={"subject": "viewer-1", "name": "Vera Viewer", "role": "viewer"},
                 headers=headers,
+                timeout=SLOW_MACHINE_S,
             )
         )
         yield {
