@@ -8,7 +8,6 @@ the scope (the route, endpoint, path parameters, FastAPI's bookkeeping) must be 
 # No `from __future__ import annotations`: FastAPI must resolve the closures in the signatures.
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from parley.config import Settings
 from parley.kit import routing
 from parley.kit.db import Database
 from parley.kit.routing import ParleyRouter, RouteIndex, install_route_index
-from tests import migrated
 from tests.conftest import JWT_SECRET
 
 ROUTING_KEYS = ("route", "endpoint", "path_params", "router", "fastapi")
@@ -289,26 +287,19 @@ def _sample(path_format: str) -> str:
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return migrated.sqlite_url(tmp_path / "parley.db")  # routing does not depend on the engine
-
-
-@pytest.fixture
-async def parley_app(tmp_path: Path, sqlite_url: str) -> AsyncIterator[Any]:
-    database = Database.from_url(sqlite_url, pool_size=4)
+def parley_app(tmp_path: Path, database: Database, db_url: str) -> Any:
+    if not db_url.startswith("sqlite"):
+        pytest.skip("routing does not depend on the database")
     settings = Settings(
         data_dir=tmp_path / "data",
-        database_url=sqlite_url,
+        database_url=db_url,
         auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
         log_json=False,
         rate_limit_per_minute=0,
         rate_limit_org_per_minute=0,
         rate_limit_address_per_minute=0,
     )
-    try:
-        yield create_app(settings, database=database)
-    finally:
-        await database.dispose()
+    return create_app(settings, database=database)
 
 
 async def test_every_route_of_the_platform_is_routed_as_the_framework_routes_it(parley_app: Any) -> None:
