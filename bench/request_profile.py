@@ -46,7 +46,6 @@ PARTS = [
     ("SQLite adapter and sqlite3 (kit/sqlite)", "kit/sqlite.py"),
     ("asyncpg", "asyncpg/"),
     ("route matching", "matches ("),
-    ("route matching", "RouteIndex.select ("),
     ("response validation and serialization", "serialize_response"),
     ("FastAPI dependency solving", "solve_dependencies"),
     ("the direct handler (kit/direct)", "kit/direct.py"),
