@@ -126,14 +126,13 @@ class _Leaf(NamedTuple):
 
     literal: str
     keyed: bool  # the literal holds the path's first two segments (or is the whole path)
-    exact: bool  # the literal is the whole path (no parameters): only that path matches
     context: Any  # the _EffectiveRouteContext of an APIRoute in an included router
     included: Any  # its _IncludedRouter
     route: Any  # its APIRoute
 
 
 def _opaque(route: Any) -> _Leaf:
-    return _Leaf(_literal(getattr(route, "path_format", None)), False, False, None, None, None)
+    return _Leaf(_literal(getattr(route, "path_format", None)), False, None, None, None)
 
 
 def _leaves(router: APIRouter) -> Iterator[_Leaf]:
@@ -151,14 +150,13 @@ def _leaves(router: APIRouter) -> Iterator[_Leaf]:
             continue
         for candidate in route.effective_candidates():
             if type(candidate) is not _EffectiveRouteContext:
-                yield _Leaf("", False, False, None, None, None)  # a nested included router: FastAPI's
+                yield _Leaf("", False, None, None, None)  # a nested included router: the framework's
                 continue
             original = candidate.original_route
             if isinstance(original, APIRoute) and type(original).matches is APIRoute.matches:
                 literal = _literal(candidate.path_format)
-                exact = bool(literal) and literal == candidate.path_format
-                keyed = exact or (bool(literal) and literal.count("/") >= 3)
-                yield _Leaf(literal, keyed, exact, candidate, route, original)
+                keyed = bool(literal) and (literal == candidate.path_format or literal.count("/") >= 3)
+                yield _Leaf(literal, keyed, candidate, route, original)
                 continue
             effective = candidate.starlette_route or original
             if type(effective).matches in _HTTP_ONLY_NONE:
@@ -208,45 +206,38 @@ class RouteIndex:
         self._lists = tuple(lists)
         self._sizes = tuple(map(len, self._lists))
 
-    def select(self, scope: Scope) -> tuple[_Leaf, Scope] | None:
-        """The route that FULLy matches this HTTP request first, with its child scope, or None when the
-        framework must route the request (a partial or no match, or a route the index does not serve)."""
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or "fastapi.telemetry" in scope:
+            await self.framework(scope, receive, send)
+            return
         if tuple(map(len, self._lists)) != self._sizes or not self._sizes:
             self._build()
         path = get_route_path(scope)
         if "\n" in path:  # "$" matches before a final newline: such paths are the framework's
-            return None
-        for leaf in self._buckets.get(_key(path), self._unkeyed):
-            if leaf.exact:
-                if path != leaf.literal:  # its regular expression is the path itself ("\n" is excluded)
-                    continue
-            elif not path.startswith(leaf.literal):
-                continue
-            if leaf.context is None:
-                return None
-            match, child_scope = leaf.context.matches(scope)
-            if match is Match.FULL:
-                return leaf, child_scope
-        return None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        selected = None
-        if scope["type"] == "http" and "fastapi.telemetry" not in scope:
-            selected = self.select(scope)
-        fastapi_scope = scope.setdefault(_FASTAPI_SCOPE_KEY, {}) if selected is not None else None
-        if selected is None or not isinstance(fastapi_scope, dict):
             await self.framework(scope, receive, send)
             return
-        leaf, child_scope = selected
-        # As FastAPI's router does: APIRouter.app, _IncludedRouter.handle, then _handle_selected.
-        if "router" not in scope:
-            scope["router"] = self.router
-        fastapi_scope[_FASTAPI_INCLUDED_ROUTER_KEY] = leaf.included
-        child_scope["route"] = leaf.route
-        scope.update(child_scope)
-        fastapi_scope[_FASTAPI_EFFECTIVE_ROUTE_CONTEXT_KEY] = leaf.context
-        scope["route"] = leaf.route
-        await leaf.route.handle(scope, receive, send)
+        for leaf in self._buckets.get(_key(path), self._unkeyed):
+            if not path.startswith(leaf.literal):
+                continue
+            context = leaf.context
+            if context is None:
+                break
+            match, child_scope = context.matches(scope)
+            if match is Match.FULL:
+                fastapi_scope = scope.setdefault(_FASTAPI_SCOPE_KEY, {})
+                if not isinstance(fastapi_scope, dict):
+                    break
+                # As FastAPI's router does: APIRouter.app, _IncludedRouter.handle, then _handle_selected.
+                if "router" not in scope:
+                    scope["router"] = self.router
+                fastapi_scope[_FASTAPI_INCLUDED_ROUTER_KEY] = leaf.included
+                child_scope["route"] = leaf.route
+                scope.update(child_scope)
+                fastapi_scope[_FASTAPI_EFFECTIVE_ROUTE_CONTEXT_KEY] = context
+                scope["route"] = leaf.route
+                await leaf.route.handle(scope, receive, send)
+                return
+        await self.framework(scope, receive, send)
 
 
 def install_route_index(app: Any) -> None:
