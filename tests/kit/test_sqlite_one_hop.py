@@ -331,9 +331,9 @@ def test_busy_kinds_are_told_apart_by_their_primary_code(tmp_path: Path) -> None
     finally:
         first.close()
         second.close()
-    assert refused.value.sqlite_errorcode == one_hop.SQLITE_BUSY_SNAPSHOT
+    assert refused.value.sqlite_errorcode == sqlite3.SQLITE_BUSY_SNAPSHOT
     assert one_hop._primary_code(refused.value) == sqlite3.SQLITE_BUSY
     assert one_hop._primary_code(refused.value) in one_hop._GIVE_WAY
     recovering = sqlite3.OperationalError("database is locked")
-    recovering.sqlite_errorcode = 261  # SQLITE_BUSY_RECOVERY
+    recovering.sqlite_errorcode = sqlite3.SQLITE_BUSY_RECOVERY
     assert one_hop._primary_code(recovering) in one_hop._GIVE_WAY

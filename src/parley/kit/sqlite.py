@@ -58,7 +58,6 @@ INLINE_BUDGET_S = 0.002  # a SELECT still running after this long goes on on the
 BUDGET_CHECK_STEPS = 1000  # SQLite virtual-machine steps between two looks at the budget
 _GIVE_WAY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT})
 _BUSY_OR_LOCKED = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-SQLITE_BUSY_SNAPSHOT = 517  # sqlite3.SQLITE_BUSY_SNAPSHOT from Python 3.11 on; spelled out for clarity
 
 Description = tuple[tuple[Any, ...], ...] | None
 Outcome = tuple[Description, int, int | None, list[Any]]
@@ -96,7 +95,7 @@ def _run_upgrading(
     try:
         return _run(connection, None, sql, parameters, many)
     except sqlite3.OperationalError as error:
-        if getattr(error, "sqlite_errorcode", None) != SQLITE_BUSY_SNAPSHOT:
+        if getattr(error, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY_SNAPSHOT:
             raise
     connection.rollback()  # only reads to undo: the read snapshot ends
     connection.execute("BEGIN IMMEDIATE")  # waits for the write lock up to the busy time-out
