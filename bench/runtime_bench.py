@@ -38,7 +38,11 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+# This checkout's platform, unless PYTHONPATH names another tree (bench/turn_profile.py compares two).
+if os.environ.get("PYTHONPATH"):
+    sys.path.append(str(ROOT / "src"))
+else:
+    sys.path.insert(0, str(ROOT / "src"))
 PYTHON = sys.executable
 JWT_SECRET = "bench-secret-" + "x" * 40
 

@@ -21,19 +21,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import cProfile
 import json
 import os
+import pstats
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.request_profile import profiled_platform, request_samples, send_request
 from bench.runtime_bench import free_port, order_flow, prepare_connector, start
 
+T = TypeVar("T")
 REQUEST_FRAME = "turn_profile.py:"
 
 
@@ -64,23 +68,80 @@ async def post(
     return status, json.loads(raw) if raw else {}
 
 
+STEPS = ("open the session", "the order number (tool call)", "'nein' (cost)", "'nein' (ends, call record)")
+STEP_CPU: collections.Counter[str] = collections.Counter()
+ENGINE_CPU: collections.Counter[str] = collections.Counter()
+ENGINE_STEP = [STEPS[0]]
+# --count-calls: one profiler per step counts the Python and C function calls of its requests on the
+# event loop's thread, a figure that does not move with the machine's load (CPU times here do).
+CALL_COUNTERS: dict[str, cProfile.Profile] = {}
+
+
+async def counted(name: str, request: Awaitable[T]) -> T:
+    counter = CALL_COUNTERS.get(name)
+    if counter is None:
+        return await request
+    counter.enable()
+    try:
+        return await request
+    finally:
+        counter.disable()
+
+
+def time_the_engine() -> None:
+    """Count the CPU spent inside ``FlowEngine.start``/``handle`` (the engine, its tool calls' client
+    side included) apart from the work around it, per step."""
+    from parley.runtime.engine import FlowEngine
+
+    def timed(method: Any) -> Any:
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.process_time()
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                ENGINE_CPU[ENGINE_STEP[0]] += time.process_time() - started
+
+        return wrapper
+
+    FlowEngine.start = timed(FlowEngine.start)  # type: ignore[method-assign]
+    FlowEngine.handle = timed(FlowEngine.handle)  # type: ignore[method-assign]
+
+
 async def conversation(app: Any, headers: list[tuple[bytes, bytes]], flow_id: str, i: int) -> None:
-    status, opening = await post(app, "/api/sessions", headers, {"flow_id": flow_id, "channel": "web"})
+    started = time.process_time()
+
+    def step(name: str) -> None:
+        nonlocal started
+        now = time.process_time()
+        STEP_CPU[name] += now - started
+        started = now
+        ENGINE_STEP[0] = STEPS[(STEPS.index(name) + 1) % len(STEPS)]
+
+    status, opening = await counted(
+        STEPS[0], post(app, "/api/sessions", headers, {"flow_id": flow_id, "channel": "web"})
+    )
+    step(STEPS[0])
     if status != 200:
         sys.exit(f"POST /api/sessions answered {status}: {opening}")
     path = f"/api/sessions/{opening['id']}/messages"
-    status, turn = await post(app, path, headers, {"text": "eins zwei" if i % 2 else "1 7"})
+    status, turn = await counted(
+        STEPS[1], post(app, path, headers, {"text": "eins zwei" if i % 2 else "1 7"})
+    )
+    step(STEPS[1])
     if status != 200 or "Kosten wissen" not in turn.get("reply", ""):
         sys.exit(f"order number turn answered {status}: {turn}")
-    for _ in range(2):
-        status, turn = await post(app, path, headers, {"text": "nein"})
+    for name in STEPS[2:]:
+        status, turn = await counted(name, post(app, path, headers, {"text": "nein"}))
+        step(name)
         if status != 200:
             sys.exit(f"'nein' answered {status}: {turn}")
     if turn.get("outcome") != "completed":
         sys.exit(f"the conversation did not complete: {turn}")
 
 
-async def measure(app: Any, token: str, connector_key: str, conversations: int) -> None:
+async def measure(
+    app: Any, token: str, connector_key: str, conversations: int, count_calls: bool = False
+) -> None:
     import httpx
 
     async with app.router.lifespan_context(app):
@@ -107,6 +168,10 @@ async def measure(app: Any, token: str, connector_key: str, conversations: int) 
         headers.append((b"host", b"profile"))
         for i in range(30):  # warm-up: caches, pools, statement caches
             await conversation(app, headers, flow["id"], i)
+        STEP_CPU.clear()
+        ENGINE_CPU.clear()
+        if count_calls:
+            CALL_COUNTERS.update((name, cProfile.Profile()) for name in STEPS)
         # Five slices: the fastest is the figure other processes on a shared machine disturbed least.
         slices: list[float] = []
         size = max(conversations // 5, 1)
@@ -117,6 +182,15 @@ async def measure(app: Any, token: str, connector_key: str, conversations: int) 
                 await conversation(app, headers, flow["id"], i)
             slices.append((time.process_time() - started) / (size * 4))
             loop_cpu += time.thread_time() - loop_started
+        print("| request | CPU ms | in the engine | around the engine |\n|---|---|---|---|")
+        for name in STEPS:
+            total, inside = (STEP_CPU[name] / (size * 5) * 1e3, ENGINE_CPU[name] / (size * 5) * 1e3)
+            print(f"| {name} | {total:.2f} | {inside:.2f} | {total - inside:.2f} |")
+        if count_calls:
+            print("| request | function calls |\n|---|---|")
+            for name in STEPS:
+                calls = pstats.Stats(CALL_COUNTERS[name]).total_calls  # type: ignore[attr-defined]
+                print(f"| {name} | {calls / (size * 5):,.0f} |")
         print(f"event loop thread: {loop_cpu / (size * 20) * 1e3:.2f} ms per request")
         print(
             f"{size * 5} conversations ({size * 20} requests): {sum(slices) / len(slices) * 1e3:.2f} ms CPU "
@@ -128,6 +202,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversations", type=int, default=300)
     parser.add_argument("--postgresql", action="store_true", help="a fresh database on 127.0.0.1:5432")
+    parser.add_argument(
+        "--count-calls", action="store_true", help="count each request's function calls (slower CPU figures)"
+    )
     parser.add_argument("--shares", metavar="RAW", help="print the shares of a py-spy raw profile instead")
     args = parser.parse_args()
     if args.shares:
@@ -158,7 +235,11 @@ def main() -> None:
             ) as token:
                 from parley.app import create_app_from_env
 
-                asyncio.run(measure(create_app_from_env(), token, connector_key, args.conversations))
+                time_the_engine()
+
+                asyncio.run(
+                    measure(create_app_from_env(), token, connector_key, args.conversations, args.count_calls)
+                )
         finally:
             connector.kill()
             connector.wait()

@@ -2,7 +2,7 @@
 
 :func:`audit_mutations` is handed to auth at start-up (``parley.app``): auth calls it once a request's
 principal is known and never imports audit. It registers the request's audit event, written through
-:func:`parley.audit.service.record` just before the transaction commits.
+a plain INSERT (:func:`parley.audit.service.write_event`) just before the transaction commits.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.audit.service import RequestFacts, record
+from parley.audit.service import RequestFacts, write_event
 from parley.auth.principal import Principal
 from parley.kit.db import SAFE_METHODS, before_commit
 
@@ -52,7 +52,7 @@ def audit_mutations(request: Request, session: AsyncSession, principal: Principa
             params = request.path_params
             resource_id = next(iter(params.values()), None) if params else None
             resource_type = getattr(route, "tags", [None])[0] if route is not None and route.tags else None
-        record(
+        await write_event(
             session,
             request_facts(request),
             organization_id=getattr(state, "audit_organization_id", None)

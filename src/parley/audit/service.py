@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit.models import AuditEvent
+from parley.kit.db import utcnow
 from parley.kit.ids import new_id
 
 
@@ -28,6 +29,34 @@ class RequestFacts:
     ip: str | None = None
     user_agent: str | None = None
     request_id: str | None = None
+
+
+def _event_values(
+    request: RequestFacts,
+    *,
+    organization_id: str | None,
+    actor_type: str,
+    actor_id: str,
+    action: str,
+    resource_type: str | None,
+    resource_id: str | None,
+    details: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "id": new_id("aud"),
+        "organization_id": organization_id,
+        "actor_type": actor_type,
+        "actor_id": actor_id,
+        "action": action,
+        "resource_type": resource_type,
+        "resource_id": resource_id,
+        "method": request.method,
+        "path": request.path[:500],
+        "ip": request.ip,
+        "user_agent": (request.user_agent or "")[:300] or None,
+        "request_id": request.request_id,
+        "details": details,
+    }
 
 
 def record(
@@ -44,22 +73,50 @@ def record(
 ) -> AuditEvent:
     """Add one audit event to the session's transaction (it is written with the change it records)."""
     event = AuditEvent(
-        id=new_id("aud"),
+        **_event_values(
+            request,
+            organization_id=organization_id,
+            actor_type=actor_type,
+            actor_id=actor_id,
+            action=action,
+            resource_type=resource_type,
+            resource_id=resource_id,
+            details=details,
+        )
+    )
+    session.add(event)
+    return event
+
+
+# Every mutating request writes one event: a plain INSERT, without an ORM object and its flush.
+_INSERT_EVENT = insert(cast(Table, AuditEvent.__table__))
+
+
+async def write_event(
+    session: AsyncSession,
+    request: RequestFacts,
+    *,
+    organization_id: str | None,
+    actor_type: str,
+    actor_id: str,
+    action: str,
+    resource_type: str | None = None,
+    resource_id: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """Write one audit event in the session's transaction now (``record`` leaves it to the flush)."""
+    values = _event_values(
+        request,
         organization_id=organization_id,
         actor_type=actor_type,
         actor_id=actor_id,
         action=action,
         resource_type=resource_type,
         resource_id=resource_id,
-        method=request.method,
-        path=request.path[:500],
-        ip=request.ip,
-        user_agent=(request.user_agent or "")[:300] or None,
-        request_id=request.request_id,
         details=details,
     )
-    session.add(event)
-    return event
+    values["created_at"] = utcnow()
+    await session.execute(_INSERT_EVENT, values)
 
 
 @dataclass(frozen=True)

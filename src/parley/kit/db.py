@@ -8,6 +8,8 @@ Every commit of the platform goes through :func:`unit_of_work` (the request depe
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
+import orjson
 from fastapi import Depends, Request
 from sqlalchemy import DateTime, MetaData, String, event
 from sqlalchemy.engine import Dialect
@@ -116,6 +119,31 @@ class Timeouts:
     recycle: float = 1800.0
 
 
+def dumps_json(value: Any) -> str:
+    """JSON columns are written with orjson (conversation states are large and written every turn);
+    what orjson refuses (an integer beyond 64 bits) is written as the standard library would."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(value)
+
+
+# orjson reads an integer beyond 64 bits as a float, losing digits: text with a run of 20 digits (maybe
+# such an integer, maybe only a string) is read by the standard library, which keeps them.
+_LONG_NUMBER = re.compile(r"[0-9]{20}")
+
+
+def loads_json(text: str) -> Any:
+    """JSON columns are read with orjson; what it refuses (``NaN``, which the standard library once
+    wrote on SQLite) or could misread is read as the standard library would."""
+    if _LONG_NUMBER.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def create_engine(
     url: str, *, pool_size: int = 20, pool_timeout: float = 10.0, timeouts: Timeouts | None = None
 ) -> AsyncEngine:
@@ -127,6 +155,8 @@ def create_engine(
             max_overflow=0,
             pool_timeout=pool_timeout,
             connect_args={"async_creator_fn": connect_one_hop},  # one thread hop per statement
+            json_serializer=dumps_json,
+            json_deserializer=loads_json,
         )
         _configure_sqlite(engine, timeouts.busy)
         return engine
@@ -136,6 +166,8 @@ def create_engine(
         max_overflow=pool_size // 2,
         pool_timeout=pool_timeout,
         pool_recycle=timeouts.recycle,
+        json_serializer=dumps_json,
+        json_deserializer=loads_json,
         connect_args={
             "timeout": timeouts.connect,
             "command_timeout": timeouts.statement + 5,

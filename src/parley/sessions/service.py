@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import Select, select, update
+from sqlalchemy import Select, Table, bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -30,6 +30,7 @@ from parley.kit.db import Database, short_read, unit_of_work, utcnow
 from parley.kit.errors import Conflict, NotFound
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
+from parley.kit.redaction import Redactor
 from parley.kit.tenancy import get_owned, scoped
 from parley.privacy import service as privacy
 from parley.providers.service import find_config
@@ -168,16 +169,21 @@ def _state(row: ConversationSession) -> ConversationState:
 # --- writing -------------------------------------------------------------------------------------
 
 
+def _stored(state: ConversationState, redactor: Redactor | None) -> ConversationState:
+    # With redaction on, personal data is replaced before anything of the conversation is written:
+    # the stored state (transcript, tool calls, the LLM's messages) and the call record built from it.
+    if redactor is None:
+        return state
+    return ConversationState.from_json(
+        privacy.redact_state(redactor, state.to_json(), ended=state.status == "ended")
+    )
+
+
 async def _save(
     session: AsyncSession, row: ConversationSession, state: ConversationState, llm: PlatformLlm | None
 ) -> None:
     now = utcnow()
-    # With redaction on, personal data is replaced before anything of the conversation is written:
-    # the stored state (transcript, tool calls, the LLM's messages) and the call record built from it.
-    redactor = await privacy.redactor_for(session, row.organization_id)
-    if redactor is not None:
-        data = privacy.redact_state(redactor, state.to_json(), ended=state.status == "ended")
-        state = ConversationState.from_json(data)
+    state = _stored(state, await privacy.redactor_for(session, row.organization_id))
     row.state = state.to_json()
     row.last_activity_at = now
     row.language = str(state.variables.get("language") or row.language or "")[:10] or None
@@ -322,6 +328,73 @@ async def open_session(
     return row
 
 
+_SESSIONS = cast(Table, ConversationSession.__table__)
+_SESSION_COLUMNS = [column for column in _SESSIONS.c if column.name != "state"]
+_READ_SESSION = select(_SESSIONS).where(
+    _SESSIONS.c.organization_id == bindparam("in_organization"), _SESSIONS.c.id == bindparam("in_session")
+)
+# A turn that does not end the conversation writes only what the turn changed, in one statement that is
+# also the optimistic check (the version read before the engine ran, the session still active), and
+# reads the row's other columns back as they are now (another request may have changed them meanwhile).
+_WRITE_TURN = (
+    update(_SESSIONS)
+    .where(
+        _SESSIONS.c.organization_id == bindparam("in_organization"),
+        _SESSIONS.c.id == bindparam("in_session"),
+        _SESSIONS.c.version == bindparam("read_version"),
+        _SESSIONS.c.status == "active",
+    )
+    .values(
+        state=bindparam("new_state"),
+        version=_SESSIONS.c.version + 1,
+        language=bindparam("new_language"),
+        last_activity_at=bindparam("now"),
+        updated_at=bindparam("now"),
+    )
+    .returning(*_SESSION_COLUMNS)
+)
+
+
+async def _read_for_turn(reader: AsyncSession, organization_id: str, session_id: str) -> ConversationSession:
+    """The session as it is before the engine runs: a plain read into a detached row (404, 409)."""
+    found = (
+        await reader.execute(_READ_SESSION, {"in_organization": organization_id, "in_session": session_id})
+    ).first()
+    if found is None:
+        raise NotFound(f"Session {session_id!r} was not found in this organization.")
+    row = ConversationSession(**found._mapping)
+    if row.status != "active":
+        raise SessionEnded(
+            f"Session {session_id!r} has ended ({row.end_reason or row.outcome}); start a new one."
+        )
+    return row
+
+
+async def _write_turn(
+    session: AsyncSession, loaded: ConversationSession, state: ConversationState
+) -> ConversationSession | None:
+    """Write a turn that leaves the conversation going; the row as written, or None when the session
+    changed since it was read (another turn, or it ended)."""
+    data = state.to_json()
+    language = str(state.variables.get("language") or loaded.language or "")[:10] or None
+    written = (
+        await session.execute(
+            _WRITE_TURN,
+            {
+                "in_organization": loaded.organization_id,
+                "in_session": loaded.id,
+                "read_version": loaded.version,
+                "new_state": data,
+                "new_language": language,
+                "now": utcnow(),
+            },
+        )
+    ).first()
+    if written is None:
+        return None
+    return ConversationSession(**written._mapping, state=data)
+
+
 async def send_message(
     session: AsyncSession,
     settings: Settings,
@@ -333,13 +406,17 @@ async def send_message(
 ) -> tuple[ConversationSession, TurnResult]:
     """One turn: load the session in a short read, run the engine with no transaction open (its tools
     and model may take long), then write the new state to ``session``. The caller holds the session's
-    turn lock; the row's ``version`` guards against another process's turn meanwhile (409)."""
+    turn lock; the row's ``version`` guards against another process's turn meanwhile (409).
+
+    The row returned is detached (a turn that ends the conversation returns the session's own row);
+    read it, do not change it."""
     organization_id = context.organization_id
     engine: FlowEngine | None = None
     llm: PlatformLlm | None = None
     async with short_read(session) as reader:
-        loaded = await open_session(reader, organization_id, session_id)
-        version, state = loaded.version, _state(loaded)
+        loaded = await _read_for_turn(reader, organization_id, session_id)
+        state = _state(loaded)
+        redactor = privacy.redactor_of(await privacy.get_settings(reader, organization_id))
         try:
             definition = await _definition_of(reader, loaded)
         except (NotFound, Conflict) as exc:
@@ -350,8 +427,14 @@ async def send_message(
             line = _line(session, settings, organization_id, session_id, loaded.channel)
             engine, llm = await _engine(reader, session, settings, context, definition, line)
     result = TurnResult() if engine is None else await engine.handle(state, text, on_text=on_text)
+    if state.status != "ended" and (llm is None or not llm.usage_rows):
+        written = await _write_turn(session, loaded, _stored(state, redactor))
+        if written is not None:
+            return written, result
+    # The conversation ended (its call record is written with it), the model's usage is to be stored,
+    # or the session changed meanwhile: the whole row, locked, through the ORM.
     row = await open_session(session, organization_id, session_id, lock=True)
-    if row.version != version:
+    if row.version != loaded.version:
         raise Conflict("The session was changed by another request at the same time; send it again.")
     await _save(session, row, state, llm)
     return row, result
