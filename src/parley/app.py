@@ -42,7 +42,7 @@ from parley.kit.jobs import JobContext, JobRunner
 from parley.kit.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of, settle_heap
 from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
-from parley.kit.outbound import outbound_policy
+from parley.kit.outbound import close_kept_connections, outbound_policy
 from parley.kit.queue import queue_from_settings
 from parley.kit.ratelimit import limiter_from_settings
 from parley.kit.responses import JSONBytesResponse
@@ -200,6 +200,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             await app.state.jobs.stop()
             await app.state.live_sessions.stop()
             await app.state.rate_limiter.aclose()
+            await close_kept_connections()  # the tools' keep-alive connections
             if identity_bus is not None:
                 await identity_bus.stop()
             if owned:

@@ -9,11 +9,14 @@ response bodies are read up to a limit.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import socket
 import ssl
-from collections.abc import Iterable
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,15 +168,22 @@ def _shared_ssl_context() -> ssl.SSLContext:
 
 
 class GuardedTransport(httpx.AsyncHTTPTransport):
-    def __init__(self, policy: OutboundPolicy, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        policy: OutboundPolicy,
+        *,
+        keepalive_expiry: float = 5.0,
+        max_connections: int | None = 100,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(verify=_shared_ssl_context(), **kwargs)
         # httpx builds its connection pool without a way to pass a network backend; swap in ours, which
         # vets every address right where the socket is opened.
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=_shared_ssl_context(),
-            max_connections=100,
+            max_connections=max_connections,
             max_keepalive_connections=20,
-            keepalive_expiry=5.0,
+            keepalive_expiry=keepalive_expiry,
             network_backend=_GuardedBackend(policy),
         )
 
@@ -183,12 +193,121 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         return await super().handle_async_request(request)
 
 
+# --- connections kept between clients ---------------------------------------------------------------
+
+# An idle kept connection is closed after this long: shorter than the keep-alive time-outs servers use
+# (uvicorn and Node 5 s, nginx 75 s), so a request is not sent on a connection the server is closing.
+SHARED_KEEPALIVE_S = 2.0
+MAX_SHARED_ORIGINS = 64  # per event loop; the least recently used idle origin's connections are closed
+
+
+@dataclass
+class _Kept:
+    transport: GuardedTransport
+    in_flight: int = 0
+
+
+class _Released(httpx.AsyncByteStream):
+    """A response body that tells its origin's entry when it is done."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, kept: _Kept) -> None:
+        self._stream = stream
+        self._kept: _Kept | None = kept
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            if self._kept is not None:
+                self._kept.in_flight -= 1
+                self._kept = None
+
+
+# Connections belong to the event loop that opened them: one table per loop, gone with the loop.
+_KEPT: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OrderedDict[tuple[Any, ...], _Kept]] = (
+    weakref.WeakKeyDictionary()
+)
+_CLOSING: set[asyncio.Task[None]] = set()
+
+
+def _kept_for(policy: OutboundPolicy, url: httpx.URL) -> _Kept:
+    loop = asyncio.get_running_loop()
+    table = _KEPT.get(loop)
+    if table is None:
+        table = _KEPT[loop] = OrderedDict()
+    key = (policy, url.scheme, url.host, url.port)
+    kept = table.get(key)
+    if kept is not None:
+        table.move_to_end(key)
+        return kept
+    # No limit on connections at once (as with a client per call): a slow origin never makes another
+    # call wait for a free connection; only up to 20 idle ones are kept.
+    kept = table[key] = _Kept(
+        GuardedTransport(policy, keepalive_expiry=SHARED_KEEPALIVE_S, max_connections=None)
+    )
+    for old_key in [k for k, v in table.items() if v.in_flight == 0][
+        : max(len(table) - MAX_SHARED_ORIGINS, 0)
+    ]:
+        task = loop.create_task(table.pop(old_key).transport.aclose())
+        _CLOSING.add(task)
+        task.add_done_callback(_CLOSING.discard)
+    return kept
+
+
+class _KeptTransport(httpx.AsyncBaseTransport):
+    """Sends each request over its origin's kept connections (opened and vetted by a
+    :class:`GuardedTransport`); closing the client leaves them open for the next call."""
+
+    def __init__(self, policy: OutboundPolicy) -> None:
+        self.policy = policy
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme not in ("http", "https"):
+            raise BlockedDestination(f"the {request.url.scheme!r} scheme is not allowed for outbound calls")
+        kept = _kept_for(self.policy, request.url)
+        kept.in_flight += 1
+        try:
+            response = await kept.transport.handle_async_request(request)
+        except BaseException:
+            kept.in_flight -= 1
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _Released(response.stream, kept)
+        return response
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def close_kept_connections() -> None:
+    """Close the connections kept for this event loop (the app's shutdown)."""
+    table = _KEPT.pop(asyncio.get_running_loop(), None)
+    for kept in (table or {}).values():
+        await kept.transport.aclose()
+
+
 def guarded_client(
-    policy: OutboundPolicy, *, timeout: float = 10.0, max_redirects: int = 5, **kwargs: Any
+    policy: OutboundPolicy,
+    *,
+    timeout: float = 10.0,
+    max_redirects: int = 5,
+    keep_connections: bool = False,
+    **kwargs: Any,
 ) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` whose every connection, redirects included, passes the policy."""
+    """An ``httpx.AsyncClient`` whose every connection, redirects included, passes the policy.
+
+    ``keep_connections``: the client sends over connections kept between clients (per event loop,
+    policy and origin), so a call to an origin called a moment ago skips the TCP (and TLS) set-up.
+    Each client still has its own cookies, headers and time-outs; nothing of a request is kept."""
+    transport: httpx.AsyncBaseTransport = (
+        _KeptTransport(policy) if keep_connections else GuardedTransport(policy)
+    )
     return httpx.AsyncClient(
-        transport=GuardedTransport(policy),
+        transport=transport,
         timeout=httpx.Timeout(timeout),
         follow_redirects=True,
         max_redirects=max_redirects,

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
-from sqlalchemy import delete, or_, select
+from sqlalchemy import bindparam, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit.service import RequestFacts, record
@@ -104,8 +104,13 @@ def holders() -> list[PersonalDataHolder]:
 # --- settings --------------------------------------------------------------------------------------
 
 
+# Read at every turn (the redactor): a statement built once. ``Session.get`` builds and keys a new one
+# each time it misses the identity map, which cost more than running it.
+_SETTINGS_OF = select(PrivacySettings).where(PrivacySettings.organization_id == bindparam("organization"))
+
+
 async def get_settings(session: AsyncSession, organization_id: str) -> PrivacySettings | None:
-    return await session.get(PrivacySettings, organization_id)
+    return await session.scalar(_SETTINGS_OF, {"organization": organization_id})
 
 
 def to_out(row: PrivacySettings | None) -> PrivacySettingsOut:

@@ -340,7 +340,7 @@ async def _call(
 ) -> ToolResult:
     try:
         async with (
-            guarded_client(policy, timeout=seconds) as client,
+            guarded_client(policy, timeout=seconds, keep_connections=True) as client,
             asyncio.timeout(seconds),  # the whole call, however slowly the body trickles in
             client.stream(method, url, **request) as response,
         ):
