@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse
 from starlette.routing import Route
 
+from parley.kit import outbound
 from parley.kit.outbound import (
     BlockedDestination,
     OutboundPolicy,
@@ -89,5 +90,22 @@ async def test_closing_the_kept_connections_makes_the_next_call_open_a_new_one(s
         await close_kept_connections()
         second = await _call(LOOPBACK, f"{server}/who")
         assert second["port"] != first["port"]
+    finally:
+        await close_kept_connections()
+
+
+async def test_over_the_limit_the_least_recently_used_idle_origin_is_closed(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(outbound, "MAX_SHARED_ORIGINS", 1)
+    port = server.rsplit(":", 1)[1]
+    policy = OutboundPolicy.from_entries(["127.0.0.1", "localhost"])
+    try:
+        first = await _call(policy, f"http://127.0.0.1:{port}/who")
+        await _call(policy, f"http://localhost:{port}/who")  # a second origin: the first one is closed
+        again = await _call(policy, f"http://127.0.0.1:{port}/who")
+        assert again["port"] != first["port"]
+        # Within the limit the connection is kept.
+        assert (await _call(policy, f"http://127.0.0.1:{port}/who"))["port"] == again["port"]
     finally:
         await close_kept_connections()

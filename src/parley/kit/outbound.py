@@ -249,9 +249,10 @@ def _kept_for(policy: OutboundPolicy, url: httpx.URL) -> _Kept:
     kept = table[key] = _Kept(
         GuardedTransport(policy, keepalive_expiry=SHARED_KEEPALIVE_S, max_connections=None)
     )
-    for old_key in [k for k, v in table.items() if v.in_flight == 0][
-        : max(len(table) - MAX_SHARED_ORIGINS, 0)
-    ]:
+    # Over the limit, the least recently used origins with no request under way are closed (never the
+    # one just made: its caller is about to use it); busy ones wait for a later turn.
+    idle = [k for k, v in table.items() if v.in_flight == 0 and k != key]
+    for old_key in idle[: max(len(table) - MAX_SHARED_ORIGINS, 0)]:
         task = loop.create_task(table.pop(old_key).transport.aclose())
         _CLOSING.add(task)
         task.add_done_callback(_CLOSING.discard)
