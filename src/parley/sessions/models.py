@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -50,3 +51,36 @@ class ConversationSession(OrgScopedMixin, TimestampMixin, Base):
     created_by: Mapped[str | None] = mapped_column(String(40))
 
     __mapper_args__ = {"version_id_col": version}
+
+
+@dataclass(slots=True)
+class SessionSnapshot:
+    """A session row as a turn read or wrote it, detached from any database session: what a turn answers
+    with (an ORM object costs ≈ 0.1 ms to build, twice per turn). Its fields are the table's columns."""
+
+    id: str
+    organization_id: str
+    flow_id: str | None
+    flow_version: int | None
+    channel: str
+    direction: str
+    voiced: bool
+    voice_connected: bool
+    status: str
+    outcome: str | None
+    end_reason: str | None
+    caller: str | None
+    callee: str | None
+    language: str | None
+    state: dict[str, Any]
+    version: int
+    started_at: datetime
+    last_activity_at: datetime
+    ended_at: datetime | None
+    created_by: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+# What reading a session's answer needs: the ORM row or a turn's snapshot of it.
+SessionFacts = ConversationSession | SessionSnapshot

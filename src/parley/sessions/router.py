@@ -23,7 +23,7 @@ from parley.kit.sse import openapi_stream, sse, sse_response
 from parley.runtime.engine import TurnResult
 from parley.sessions import locks, service
 from parley.sessions.dependencies import registry_for
-from parley.sessions.models import ConversationSession
+from parley.sessions.models import SessionFacts
 from parley.sessions.registry import control_after_commit
 from parley.sessions.schemas import (
     AudioTokenOut,
@@ -116,7 +116,7 @@ def _wants_stream(request: Request, stream: bool) -> bool:
     return stream or "text/event-stream" in request.headers.get("accept", "")
 
 
-def _turn_events(row: ConversationSession, result: TurnResult) -> list[bytes]:
+def _turn_events(row: SessionFacts, result: TurnResult) -> list[bytes]:
     out = service.to_turn_out(row, result)
     events = [sse(event.type, event.model_dump(mode="json")) for event in out.events]
     events.append(
@@ -240,11 +240,11 @@ async def send_session_message(
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         hold.hand_over(_streamed_turn(request, context, row.id, data.text, queue))
         return _event_stream(queue)
-    row, result = await service.send_message(
+    turn, result = await service.send_message(
         session, request.app.state.settings, context, session_id, data.text
     )
-    describe(request, "session", row.id)
-    return service.to_turn_out(row, result)
+    describe(request, "session", turn.id)
+    return service.to_turn_out(turn, result)
 
 
 @router.post("/{sessionId}/end", summary="End Session", response_model=SessionOut, responses=documented(409))

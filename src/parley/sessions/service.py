@@ -40,7 +40,7 @@ from parley.runtime.ports import CallControlPort
 from parley.runtime.state import ConversationState
 from parley.sessions import locks
 from parley.sessions import privacy as _personal_data  # noqa: F401  (registers the sessions' personal data)
-from parley.sessions.models import ConversationSession
+from parley.sessions.models import ConversationSession, SessionFacts, SessionSnapshot
 from parley.sessions.schemas import (
     AgentEventOut,
     LiveSessionOut,
@@ -93,7 +93,7 @@ async def _published(
     return definition
 
 
-async def _definition_of(session: AsyncSession, row: ConversationSession) -> FlowDefinition:
+async def _definition_of(session: AsyncSession, row: SessionFacts) -> FlowDefinition:
     if row.flow_id is None:
         raise NotFound("The session's flow no longer exists.")
     if row.flow_version is not None:
@@ -102,7 +102,7 @@ async def _definition_of(session: AsyncSession, row: ConversationSession) -> Flo
     return _parse(flow.definition, "flow's draft")
 
 
-async def definition_of(session: AsyncSession, row: ConversationSession) -> FlowDefinition:
+async def definition_of(session: AsyncSession, row: SessionFacts) -> FlowDefinition:
     """The flow definition a session runs: its published version, or the flow's draft (404, 409)."""
     return await _definition_of(session, row)
 
@@ -162,7 +162,7 @@ async def get_session(
     return await get_owned(session, ConversationSession, session_id, organization_id, "Session", lock=lock)
 
 
-def _state(row: ConversationSession) -> ConversationState:
+def _state(row: SessionFacts) -> ConversationState:
     return ConversationState.from_json(row.state)
 
 
@@ -355,14 +355,14 @@ _WRITE_TURN = (
 )
 
 
-async def _read_for_turn(reader: AsyncSession, organization_id: str, session_id: str) -> ConversationSession:
+async def _read_for_turn(reader: AsyncSession, organization_id: str, session_id: str) -> SessionSnapshot:
     """The session as it is before the engine runs: a plain read into a detached row (404, 409)."""
     found = (
         await reader.execute(_READ_SESSION, {"in_organization": organization_id, "in_session": session_id})
     ).first()
     if found is None:
         raise NotFound(f"Session {session_id!r} was not found in this organization.")
-    row = ConversationSession(**found._mapping)
+    row = SessionSnapshot(**found._mapping)
     if row.status != "active":
         raise SessionEnded(
             f"Session {session_id!r} has ended ({row.end_reason or row.outcome}); start a new one."
@@ -371,8 +371,8 @@ async def _read_for_turn(reader: AsyncSession, organization_id: str, session_id:
 
 
 async def _write_turn(
-    session: AsyncSession, loaded: ConversationSession, state: ConversationState
-) -> ConversationSession | None:
+    session: AsyncSession, loaded: SessionSnapshot, state: ConversationState
+) -> SessionSnapshot | None:
     """Write a turn that leaves the conversation going; the row as written, or None when the session
     changed since it was read (another turn, or it ended)."""
     data = state.to_json()
@@ -392,7 +392,7 @@ async def _write_turn(
     ).first()
     if written is None:
         return None
-    return ConversationSession(**written._mapping, state=data)
+    return SessionSnapshot(**written._mapping, state=data)
 
 
 async def send_message(
@@ -403,13 +403,13 @@ async def send_message(
     text: str,
     *,
     on_text: TextSink | None = None,
-) -> tuple[ConversationSession, TurnResult]:
+) -> tuple[SessionFacts, TurnResult]:
     """One turn: load the session in a short read, run the engine with no transaction open (its tools
     and model may take long), then write the new state to ``session``. The caller holds the session's
     turn lock; the row's ``version`` guards against another process's turn meanwhile (409).
 
-    The row returned is detached (a turn that ends the conversation returns the session's own row);
-    read it, do not change it."""
+    What it returns is for reading: a snapshot of the row as written, or (a turn that ended the
+    conversation) the session's own row."""
     organization_id = context.organization_id
     engine: FlowEngine | None = None
     llm: PlatformLlm | None = None
@@ -477,7 +477,7 @@ async def send_message_committed(
     *,
     on_text: TextSink | None = None,
     jobs: JobQueue | None = None,
-) -> tuple[ConversationSession, TurnResult]:
+) -> tuple[SessionFacts, TurnResult]:
     """``send_message`` in a transaction of its own, committed here (a streamed turn, which outlives
     its request); the caller holds the session's turn lock. Commit hooks run as for a request."""
     async with unit_of_work(database, jobs=jobs) as session:
@@ -598,7 +598,7 @@ async def sweep_idle(
 _OUT_KEYS = frozenset({"current_node", "waiting", "variables", "transcript"})
 
 
-def _out_fields(row: ConversationSession) -> dict[str, Any]:
+def _out_fields(row: SessionFacts) -> dict[str, Any]:
     # The stored state is ConversationState.to_json(): its parts the answer shows are read from it
     # as they are, without validating the whole state (tool calls, the model's messages) again.
     data: dict[str, Any] = row.state or {}
@@ -626,11 +626,11 @@ def _out_fields(row: ConversationSession) -> dict[str, Any]:
     }
 
 
-def to_out(row: ConversationSession) -> SessionOut:
+def to_out(row: SessionFacts) -> SessionOut:
     return SessionOut(**_out_fields(row))
 
 
-def to_turn_out(row: ConversationSession, result: TurnResult) -> SessionTurnOut:
+def to_turn_out(row: SessionFacts, result: TurnResult) -> SessionTurnOut:
     return SessionTurnOut(
         **_out_fields(row),
         events=[
