@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import Select, Table, bindparam, select, update
+from sqlalchemy import Select, Table, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -238,35 +239,45 @@ async def create_session(
     data: SessionCreate,
     *,
     direction: Direction = "inbound",
-) -> tuple[ConversationSession, TurnResult]:
+) -> tuple[SessionFacts, TurnResult]:
     """Start a session. The flow is read in a short read of its own and the opening turn runs with no
     transaction open; only the new row is written to ``session``. ``direction`` is ``outbound`` when
     the platform dials (``telephony.service.place_outbound_call``, campaigns): the call record and the
-    call events carry it."""
+    call events carry it. What it returns is for reading (as :func:`send_message`)."""
     async with short_read(session) as reader:
-        row, state, engine, llm = await _prepare(reader, session, settings, context, data)
-    row.direction = direction
+        opened, state, engine, llm = await _prepare(reader, session, settings, context, data)
+        redactor = privacy.redactor_of(await privacy.get_settings(reader, context.organization_id))
+    opened.direction = direction
     result = await engine.start(state)
-    session.add(row)
     await publish_call_started(
         session,
-        organization_id=row.organization_id,
-        session_id=row.id,
-        flow_id=row.flow_id,
-        flow_version=row.flow_version,
-        channel=row.channel,
+        organization_id=opened.organization_id,
+        session_id=opened.id,
+        flow_id=opened.flow_id,
+        flow_version=opened.flow_version,
+        channel=opened.channel,
         direction=direction,
-        caller=row.caller,
-        callee=row.callee,
-        started_at=row.started_at,
+        caller=opened.caller,
+        callee=opened.callee,
+        started_at=opened.started_at,
     )
+    if state.status != "ended" and (llm is None or not llm.usage_rows):
+        # The usual opening: one INSERT of the row as it is now (no ORM object, no flush).
+        stored = _stored(state, redactor)
+        opened.state = stored.to_json()
+        opened.language = str(stored.variables.get("language") or opened.language or "")[:10] or None
+        await session.execute(_INSERT_SESSION, asdict(opened))
+        return opened, result
+    # The flow ended at once (its call record is written with it) or the model's usage is to be stored.
+    row = ConversationSession(**asdict(opened))
+    session.add(row)
     await _save(session, row, state, llm)
     return row, result
 
 
 async def _prepare(
     reader: AsyncSession, session: AsyncSession, settings: Settings, context: OrgContext, data: SessionCreate
-) -> tuple[ConversationSession, ConversationState, FlowEngine, PlatformLlm | None]:
+) -> tuple[SessionSnapshot, ConversationState, FlowEngine, PlatformLlm | None]:
     flow = await get_owned(reader, Flow, data.flow_id, context.organization_id, "Flow")
     version: int | None
     if data.draft and data.channel != "test":
@@ -297,23 +308,31 @@ async def _prepare(
         variables=data.variables,
     )
     now = utcnow()
-    row = ConversationSession(
+    opened = SessionSnapshot(
         id=session_id,
         organization_id=context.organization_id,
         flow_id=flow.id,
         flow_version=version,
         channel=data.channel,
+        direction="inbound",
         voiced=data.voiced,
+        voice_connected=False,
         status="active",
+        outcome=None,
+        end_reason=None,
         caller=data.caller,
         callee=data.callee,
         language=str(state.variables.get("language") or definition.language)[:10],
-        state=state.to_json(),
+        state={},
+        version=1,
         started_at=now,
         last_activity_at=now,
+        ended_at=None,
         created_by=context.principal.id,
+        created_at=now,
+        updated_at=now,
     )
-    return row, state, engine, llm
+    return opened, state, engine, llm
 
 
 async def open_session(
@@ -329,6 +348,7 @@ async def open_session(
 
 
 _SESSIONS = cast(Table, ConversationSession.__table__)
+_INSERT_SESSION = insert(_SESSIONS)
 _SESSION_COLUMNS = [column for column in _SESSIONS.c if column.name != "state"]
 _READ_SESSION = select(_SESSIONS).where(
     _SESSIONS.c.organization_id == bindparam("in_organization"), _SESSIONS.c.id == bindparam("in_session")

@@ -16,7 +16,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import structlog
 from pydantic import BaseModel
-from sqlalchemy import Select, select
+from sqlalchemy import Select, delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -40,7 +40,7 @@ from parley.providers.catalog import PROVIDERS, LiveKitConfig, TwilioConfig
 from parley.providers.models import ProviderConfig
 from parley.providers.service import load_config
 from parley.sessions import service as sessions
-from parley.sessions.models import ConversationSession
+from parley.sessions.models import ConversationSession, SessionFacts
 from parley.sessions.schemas import SessionCreate
 from parley.telephony.models import DispatchRule, PhoneNumber, SipTrunk, TwilioCall
 from parley.telephony.providers import ProviderFailure
@@ -804,11 +804,14 @@ async def place_outbound_call(
     )
 
 
-async def _forget_session(session: AsyncSession, row: ConversationSession) -> None:
+async def _forget_session(session: AsyncSession, row: SessionFacts) -> None:
     """The provider refused the call: delete the session committed for it, and commit that now (the
     error that follows rolls back only what comes after)."""
-    await session.delete(row)
-    await session.flush()
+    await session.execute(
+        delete(ConversationSession).where(
+            ConversationSession.organization_id == row.organization_id, ConversationSession.id == row.id
+        )
+    )
     await checkpoint(session)
 
 
