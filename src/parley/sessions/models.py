@@ -81,6 +81,10 @@ class SessionSnapshot:
     created_at: datetime
     updated_at: datetime
 
+    def values(self) -> dict[str, Any]:
+        """Its columns' values (a shallow dict; ``dataclasses.asdict`` would copy the whole state)."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
 
 # What reading a session's answer needs: the ORM row or a turn's snapshot of it.
 SessionFacts = ConversationSession | SessionSnapshot

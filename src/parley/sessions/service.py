@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -266,10 +265,10 @@ async def create_session(
         stored = _stored(state, redactor)
         opened.state = stored.to_json()
         opened.language = str(stored.variables.get("language") or opened.language or "")[:10] or None
-        await session.execute(_INSERT_SESSION, asdict(opened))
+        await session.execute(_INSERT_SESSION, opened.values())
         return opened, result
     # The flow ended at once (its call record is written with it) or the model's usage is to be stored.
-    row = ConversationSession(**asdict(opened))
+    row = ConversationSession(**opened.values())
     session.add(row)
     await _save(session, row, state, llm)
     return row, result
