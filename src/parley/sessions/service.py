@@ -202,7 +202,7 @@ async def _save(
         raise Conflict("The session was changed by another request at the same time; send it again.") from exc
 
 
-def call_record(row: ConversationSession, state: ConversationState) -> CallRecordIn:
+def call_record(row: SessionFacts, state: ConversationState) -> CallRecordIn:
     ended = row.ended_at or utcnow()
     return CallRecordIn(
         organization_id=row.organization_id,
@@ -355,20 +355,31 @@ _READ_SESSION = select(_SESSIONS).where(
 # A turn that does not end the conversation writes only what the turn changed, in one statement that is
 # also the optimistic check (the version read before the engine ran, the session still active), and
 # reads the row's other columns back as they are now (another request may have changed them meanwhile).
-_WRITE_TURN = (
+_TURN_CHECK = (
+    _SESSIONS.c.organization_id == bindparam("in_organization"),
+    _SESSIONS.c.id == bindparam("in_session"),
+    _SESSIONS.c.version == bindparam("read_version"),
+    _SESSIONS.c.status == "active",
+)
+_TURN_VALUES = {
+    "state": bindparam("new_state"),
+    "version": _SESSIONS.c.version + 1,
+    "language": bindparam("new_language"),
+    "last_activity_at": bindparam("now"),
+    "updated_at": bindparam("now"),
+}
+_WRITE_TURN = update(_SESSIONS).where(*_TURN_CHECK).values(_TURN_VALUES).returning(*_SESSION_COLUMNS)
+_END_TURN = (
     update(_SESSIONS)
-    .where(
-        _SESSIONS.c.organization_id == bindparam("in_organization"),
-        _SESSIONS.c.id == bindparam("in_session"),
-        _SESSIONS.c.version == bindparam("read_version"),
-        _SESSIONS.c.status == "active",
-    )
+    .where(*_TURN_CHECK)
     .values(
-        state=bindparam("new_state"),
-        version=_SESSIONS.c.version + 1,
-        language=bindparam("new_language"),
-        last_activity_at=bindparam("now"),
-        updated_at=bindparam("now"),
+        {
+            **_TURN_VALUES,
+            "status": "ended",
+            "outcome": bindparam("new_outcome"),
+            "end_reason": bindparam("new_end_reason"),
+            "ended_at": bindparam("now"),
+        }
     )
     .returning(*_SESSION_COLUMNS)
 )
@@ -392,26 +403,28 @@ async def _read_for_turn(reader: AsyncSession, organization_id: str, session_id:
 async def _write_turn(
     session: AsyncSession, loaded: SessionSnapshot, state: ConversationState
 ) -> SessionSnapshot | None:
-    """Write a turn that leaves the conversation going; the row as written, or None when the session
-    changed since it was read (another turn, or it ended)."""
+    """Write a turn (a conversation that ended gets its call record in the same transaction); the row
+    as written, or None when the session changed since it was read (another turn, or it ended)."""
     data = state.to_json()
-    language = str(state.variables.get("language") or loaded.language or "")[:10] or None
-    written = (
-        await session.execute(
-            _WRITE_TURN,
-            {
-                "in_organization": loaded.organization_id,
-                "in_session": loaded.id,
-                "read_version": loaded.version,
-                "new_state": data,
-                "new_language": language,
-                "now": utcnow(),
-            },
-        )
-    ).first()
+    ended = state.status == "ended"
+    values = {
+        "in_organization": loaded.organization_id,
+        "in_session": loaded.id,
+        "read_version": loaded.version,
+        "new_state": data,
+        "new_language": str(state.variables.get("language") or loaded.language or "")[:10] or None,
+        "now": utcnow(),
+    }
+    if ended:
+        values["new_outcome"] = state.outcome
+        values["new_end_reason"] = (state.end_reason or "")[:60] or None
+    written = (await session.execute(_END_TURN if ended else _WRITE_TURN, values)).first()
     if written is None:
         return None
-    return SessionSnapshot(**written._mapping, state=data)
+    row = SessionSnapshot(**written._mapping, state=data)
+    if ended:
+        await record_call(session, call_record(row, state), jobs=session.info.get("jobs"))
+    return row
 
 
 async def send_message(
@@ -446,12 +459,12 @@ async def send_message(
             line = _line(session, settings, organization_id, session_id, loaded.channel)
             engine, llm = await _engine(reader, session, settings, context, definition, line)
     result = TurnResult() if engine is None else await engine.handle(state, text, on_text=on_text)
-    if state.status != "ended" and (llm is None or not llm.usage_rows):
+    if llm is None or not llm.usage_rows:
         written = await _write_turn(session, loaded, _stored(state, redactor))
         if written is not None:
             return written, result
-    # The conversation ended (its call record is written with it), the model's usage is to be stored,
-    # or the session changed meanwhile: the whole row, locked, through the ORM.
+    # The model's usage is to be stored, or the session changed meanwhile (the read below answers
+    # which 409): the whole row, locked, through the ORM.
     row = await open_session(session, organization_id, session_id, lock=True)
     if row.version != loaded.version:
         raise Conflict("The session was changed by another request at the same time; send it again.")
