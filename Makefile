@@ -60,7 +60,8 @@ browser:
 # goes to $(TEST_LOGS)/realtime.log and is printed after the main suite's; `make pytest` fails if either
 # failed. `make test` runs lint and types beside them too, at the main suite's priority (their output
 # in $(TEST_LOGS)/lint.log, printed at the end). `make test REALTIME_APART=1` runs the real-time set
-# alone after the main suite, as before.
+# alone after the main suite, as before. On a machine shared with other work the main suite at nice 10
+# yields to all of it (a tenth of the weight of any nice-0 process): `make test PYTEST_NICE=0` there.
 #
 # The test processes write bytecode even where PYTHONDONTWRITEBYTECODE is set (as on the development
 # machine): otherwise every pytest process (each worker, and the real-time run) rewrites and compiles
