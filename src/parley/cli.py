@@ -12,18 +12,44 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from parley.config import ConfigError, Settings, prepare_settings
-from parley.connector.cli import app as connector_app
+from parley.connector import CLI_HELP as CONNECTOR_HELP
 
 if TYPE_CHECKING:
     from parley.demo.seed import SeedResult
 
+CONNECTOR = "connector"
+
+
+class _ParleyGroup(TyperGroup):
+    """The ``parley`` command group, which loads ``parley connector``'s commands only when they are named.
+
+    Importing parley.connector.cli (its key store, models and importer pull in SQLAlchemy) took about
+    half of the start-up of every other command. Until a command line names ``connector``, a stand-in
+    group of that name with the same help is registered: all that ``parley --help`` shows of it.
+    Resolving the name (running one of its commands, its ``--help``, shell completion) puts the real
+    group in its place.
+    """
+
+    # Any: the context and command types are click's, which newer typer versions vendor privately.
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] == CONNECTOR:
+            from parley.connector.cli import app as connector_app
+
+            holder = typer.Typer()
+            holder.add_typer(connector_app, name=CONNECTOR)  # built as add_typer on `app` would build it
+            self.commands[CONNECTOR] = typer.main.get_group(holder).commands[CONNECTOR]
+        return super().resolve_command(ctx, args)
+
+
 app = typer.Typer(
+    cls=_ParleyGroup,
     help="Parley: build, run and operate AI phone agents.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -34,7 +60,7 @@ token_app = typer.Typer(
 )
 app.add_typer(db_app, name="db")
 app.add_typer(token_app, name="token")
-app.add_typer(connector_app, name="connector")
+app.add_typer(typer.Typer(help=CONNECTOR_HELP, no_args_is_help=True), name=CONNECTOR)  # see _ParleyGroup
 demo_app = typer.Typer(help="The demo repair shop and its order-status agent.", no_args_is_help=True)
 app.add_typer(demo_app, name="demo")
 eval_app = typer.Typer(help="Evaluations: run a test suite against a flow.", no_args_is_help=True)

@@ -26,6 +26,48 @@ def test_help_explains_every_command(tmp_path: Path) -> None:
         assert command in result.stdout
 
 
+# Runs `parley ARGS` in a fresh interpreter, then reports on stderr whether the connector's commands
+# (parley.connector.cli) were imported.
+CONNECTOR_PROBE = """
+import sys
+from parley.cli import app
+try:
+    app(sys.argv[1:], prog_name="parley")
+except SystemExit:
+    pass
+print("connector-cli-imported:", "parley.connector.cli" in sys.modules, file=sys.stderr)
+"""
+
+
+def probe(args: list[str], data_dir: Path) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+    environment["PARLEY_DATA_DIR"] = str(data_dir)
+    return subprocess.run(
+        [sys.executable, "-c", CONNECTOR_PROBE, *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
+
+
+def test_the_connector_commands_are_imported_only_when_named(tmp_path: Path) -> None:
+    """`parley connector` is listed with its help, but only a command line naming it imports its commands."""
+    listed = probe(["--help"], tmp_path)
+    assert "The order connector: a separate service answering GET" in listed.stdout
+    assert listed.stderr.endswith("connector-cli-imported: False\n"), listed.stderr
+
+    token = probe(["token", "create", "--sub", "alice", "--ttl", "600"], tmp_path)
+    assert token.stdout.count(".") == 2, token.stderr  # a JWT
+    assert token.stderr.endswith("connector-cli-imported: False\n"), token.stderr
+
+    named = probe(["connector", "keys", "--help"], tmp_path)
+    assert "Create, list and revoke connector API keys." in named.stdout
+    for command in ("create", "list", "revoke"):
+        assert command in named.stdout
+    assert named.stderr.endswith("connector-cli-imported: True\n"), named.stderr
+
+
 @pytest.mark.slow
 def test_db_upgrade_current_and_token(tmp_path: Path) -> None:
     assert run(["db", "upgrade"], tmp_path).returncode == 0

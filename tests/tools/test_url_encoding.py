@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from parley.config import Settings
 from parley.tools.executor import _run_http
 from parley.tools.models import Tool
-from parley.tools.schemas import HttpToolConfig
+from parley.tools.schemas import MAX_TIMEOUT_SECONDS, HttpToolConfig
 from tests.live import serve_in_thread
 from tests.tools.test_router import http_tool, make_tool, run
 
@@ -95,6 +95,12 @@ def test_any_argument_stays_inside_its_url_component(
             "method": "GET",
             "url": f"{recorder_url}/echo/p/{{{{ args.path }}}}?q={{{{ args.query }}}}",
             "parameters": {"type": "object", "properties": {}},
+            # The longest a tool may wait, not the 10 s default: the upstream is a thread of this test
+            # process, so anything that stops the process stops it too. In a test worker late in the
+            # suite a full garbage collection takes over a second (1.5 million objects) and on a loaded
+            # machine the process gets a small share of a core; one of 120 calls once took over 10 s.
+            # What this test checks is the URL, not how fast a tool answers (test_router.py does that).
+            "timeout_seconds": MAX_TIMEOUT_SECONDS,
         }
     )
     tool = Tool(id="tool_prop", organization_id="org_prop", name="prop", type="http", config={}, secrets={})

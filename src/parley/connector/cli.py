@@ -15,18 +15,14 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from parley.connector import CLI_HELP
 from parley.connector import keys as key_ops
 from parley.connector.config import ConnectorConfigError, ConnectorSettings
 from parley.connector.db import engine_scope
 from parley.connector.errors import ConnectorUsageError
 from parley.connector.importer import ImportFailed, ImportFormat, ImportReport, import_file
 
-app = typer.Typer(
-    help="The order connector: a separate service answering GET /api/orders/{order_id} (X-API-Key).\n\n"
-    "Configured by PARLEY_CONNECTOR_* environment variables (PARLEY_CONNECTOR_DATABASE_URL, "
-    "PARLEY_CONNECTOR_RATE_LIMIT, ...) and PARLEY_DATA_DIR.",
-    no_args_is_help=True,
-)
+app = typer.Typer(help=CLI_HELP, no_args_is_help=True)
 keys_app = typer.Typer(help="Create, list and revoke connector API keys.", no_args_is_help=True)
 db_app = typer.Typer(help="Manage the connector's database.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
