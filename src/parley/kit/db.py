@@ -24,6 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.types import TypeDecorator
 from sqlalchemy.util import await_
 
+from parley.kit import postgres
 from parley.kit.sqlite import connect_one_hop
 
 if TYPE_CHECKING:
@@ -132,6 +133,8 @@ def create_engine(
         return engine
     engine = create_async_engine(
         url,
+        # BEGIN waits for the first statement that is not a plain read (kit/postgres.py)
+        **({"module": postgres.dbapi()} if url.startswith("postgresql+asyncpg://") else {}),
         pool_size=pool_size,
         max_overflow=pool_size // 2,
         pool_timeout=pool_timeout,
