@@ -383,10 +383,11 @@ class RequestUnit:
 
     @staticmethod
     def of(request: Request) -> RequestUnit:
-        unit: RequestUnit | None = getattr(request.state, "uow", None)
+        # The dict behind ``request.state``: a missing name costs Starlette's ``State`` an AttributeError.
+        state: dict[str, Any] = request.scope.setdefault("state", {})
+        unit: RequestUnit | None = state.get("uow")
         if unit is None:
-            unit = RequestUnit(request)
-            request.state.uow = unit
+            unit = state["uow"] = RequestUnit(request)
         return unit
 
     def shared_session(self) -> AsyncSession:
@@ -533,7 +534,7 @@ def _hand_over_before_flush(session: Session, _context: Any, _instances: Any) ->
 async def release_reader(request: Request) -> None:
     """Give authentication's read connection back now: call it before a request waits (a turn slot),
     so waiting requests never hold pool connections the running ones need."""
-    unit: RequestUnit | None = getattr(request.state, "uow", None)
+    unit: RequestUnit | None = request.scope.get("state", {}).get("uow")
     if unit is not None:
         await unit.release_reader()
 
