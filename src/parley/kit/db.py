@@ -4,6 +4,8 @@ One transaction per request: the ``get_session`` dependency opens it and commits
 returns (before the response is sent, so a failed commit is an error response, never a silent loss).
 Services only ``flush``. Callbacks registered with :func:`after_commit` (job enqueues) run after it.
 Every commit of the platform goes through :func:`unit_of_work` (the request dependency builds on it).
+On PostgreSQL the transaction begins with its first statement that is not a plain read
+(:mod:`parley.kit.postgres`): a unit that only reads sends no ``BEGIN``, ``COMMIT`` or ``ROLLBACK``.
 """
 
 from __future__ import annotations
