@@ -228,6 +228,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.token_verifier = TokenVerifier(settings)
     app.state.rate_limiter = limiter_from_settings(settings)
     app.state.known_users = KnownUsers()
+    app.state.authenticated_hooks = []  # auth.dependencies.on_authenticated adds to it (tests do)
     app.state.blobs = blob_store_from_settings(settings)
     if database is not None:
         app.state.db = database

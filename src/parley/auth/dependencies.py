@@ -76,24 +76,25 @@ async def guard_signed_webhook(request: Request) -> AsyncIterator[None]:
 
 async def _principal(request: Request, session: AsyncSession) -> Principal:
     """The request's principal, resolved once however many dependencies ask for it."""
-    principal: Principal | None = getattr(request.state, "principal", None)
+    # ``request.state``'s own dict: a name not set yet costs Starlette's ``State`` an AttributeError.
+    state: dict[str, Any] = request.scope.setdefault("state", {})
+    principal: Principal | None = state.get("principal")
     if principal is None:
-        principal = await resolver(request).principal(session, presented(request))
-        request.state.principal = principal
-        for hook in getattr(request.app.state, "authenticated_hooks", []):
+        principal = state["principal"] = await resolver(request).principal(session, presented(request))
+        for hook in getattr(request.app.state, "authenticated_hooks", ()):
             hook(request, session, principal)
     return principal
 
 
 async def _org_context(request: Request, session: AsyncSession) -> OrgContext:
-    context: OrgContext | None = getattr(request.state, "org_context", None)
+    state: dict[str, Any] = request.scope.setdefault("state", {})
+    context: OrgContext | None = state.get("org_context")
     if context is None:
         principal = await _principal(request, session)
-        context = await resolver(request).context(
+        context = state["org_context"] = await resolver(request).context(
             session, principal, request.headers.get("x-organization-id")
         )
-        request.state.org_context = context
-        request.state.organization_id = context.organization_id
+        state["organization_id"] = context.organization_id
     return context
 
 

@@ -4,6 +4,8 @@ One transaction per request: the ``get_session`` dependency opens it and commits
 returns (before the response is sent, so a failed commit is an error response, never a silent loss).
 Services only ``flush``. Callbacks registered with :func:`after_commit` (job enqueues) run after it.
 Every commit of the platform goes through :func:`unit_of_work` (the request dependency builds on it).
+On PostgreSQL the transaction begins with its first statement that is not a plain read
+(:mod:`parley.kit.postgres`): a unit that only reads sends no ``BEGIN``, ``COMMIT`` or ``ROLLBACK``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.types import TypeDecorator
 from sqlalchemy.util import await_
 
+from parley.kit import postgres
 from parley.kit.sqlite import connect_one_hop
 
 if TYPE_CHECKING:
@@ -162,6 +165,8 @@ def create_engine(
         return engine
     engine = create_async_engine(
         url,
+        # BEGIN waits for the first statement that is not a plain read (kit/postgres.py)
+        **({"module": postgres.dbapi()} if url.startswith("postgresql+asyncpg://") else {}),
         pool_size=pool_size,
         max_overflow=pool_size // 2,
         pool_timeout=pool_timeout,
@@ -412,10 +417,11 @@ class RequestUnit:
 
     @staticmethod
     def of(request: Request) -> RequestUnit:
-        unit: RequestUnit | None = getattr(request.state, "uow", None)
+        # The dict behind ``request.state``: a missing name costs Starlette's ``State`` an AttributeError.
+        state: dict[str, Any] = request.scope.setdefault("state", {})
+        unit: RequestUnit | None = state.get("uow")
         if unit is None:
-            unit = RequestUnit(request)
-            request.state.uow = unit
+            unit = state["uow"] = RequestUnit(request)
         return unit
 
     def shared_session(self) -> AsyncSession:
@@ -562,7 +568,7 @@ def _hand_over_before_flush(session: Session, _context: Any, _instances: Any) ->
 async def release_reader(request: Request) -> None:
     """Give authentication's read connection back now: call it before a request waits (a turn slot),
     so waiting requests never hold pool connections the running ones need."""
-    unit: RequestUnit | None = getattr(request.state, "uow", None)
+    unit: RequestUnit | None = request.scope.get("state", {}).get("uow")
     if unit is not None:
         await unit.release_reader()
 

@@ -1,0 +1,119 @@
+"""PostgreSQL through asyncpg with ``BEGIN`` deferred to the first statement that needs a transaction.
+
+SQLAlchemy's asyncpg adapter opens a transaction (``BEGIN``, one round trip) before a connection's
+first statement and ends it with ``COMMIT`` or ``ROLLBACK`` (another one), so a request that reads one
+row made three round trips to the server, two of them for a transaction that changed nothing
+(docs/benchmarks.md, issue 16).
+
+:func:`dbapi` is the adapter with one change: while no transaction is open, a plain read (a ``SELECT``
+without a locking clause, ``INTO`` or a function known to have side effects, see :func:`plain_read`)
+runs on its own, outside a transaction. The first other statement — a write, ``FOR UPDATE``, a
+``SAVEPOINT``, anything else — opens the transaction as before, and every statement after it runs in
+it until ``COMMIT``/``ROLLBACK``; a connection whose statements were all plain reads has no
+transaction to end, so its commit, rollback and the pool's reset make no round trip.
+
+What a unit of work sees does not change under PostgreSQL's default isolation, read committed: each
+statement sees what was committed before it began, inside a transaction or not, and before its first
+write a transaction has nothing of its own to see. The reads before the first write are simply not
+part of the transaction, which at read committed they could not tell. A connection set to another
+isolation level (``REPEATABLE READ``, ``SERIALIZABLE``: one snapshot for the whole transaction) or
+to ``AUTOCOMMIT`` keeps the adapter's own behaviour, and so do server-side cursors (which need a
+transaction).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import re
+from typing import Any
+
+import asyncpg
+from sqlalchemy.dialects.postgresql.asyncpg import (
+    AsyncAdapt_asyncpg_connection,
+    AsyncAdapt_asyncpg_cursor,
+    AsyncAdapt_asyncpg_dbapi,
+)
+from sqlalchemy.util import await_
+
+# Isolation levels at which each statement takes its own snapshot (None: the server's default, which
+# the platform leaves at read committed).
+_PER_STATEMENT_SNAPSHOT = frozenset({None, "read_committed"})
+
+# A SELECT that locks rows, creates a table, or calls a function that changes something outside the
+# statement (a sequence, an advisory lock, a setting, a notification, a transaction id, large objects)
+# must run in the transaction it belongs to.
+_NOT_PLAIN = re.compile(
+    r"\bFOR\s+(?:NO\s+KEY\s+UPDATE|UPDATE|KEY\s+SHARE|SHARE)\b"
+    r"|\bINTO\b"
+    r"|\b(?:nextval|setval|pg_advisory\w*|pg_try_advisory\w*|set_config|pg_notify"
+    r"|txid_current\w*|pg_current_xact_id\w*|lo_\w+)\s*\(",
+    re.IGNORECASE,
+)
+
+
+# Set by DeferredBeginCursor around a plain read, for its own task only: a statement of another task
+# waiting for the same connection's mutex meanwhile still begins its transaction.
+_HOLD_BEGIN: contextvars.ContextVar[bool] = contextvars.ContextVar("parley_hold_begin", default=False)
+
+
+@functools.lru_cache(maxsize=1024)
+def plain_read(sql: str) -> bool:
+    """True for a statement that may run outside a transaction: a ``SELECT`` that reads only."""
+    return sql.lstrip()[:6].upper() == "SELECT" and _NOT_PLAIN.search(sql) is None
+
+
+class DeferredBeginCursor(AsyncAdapt_asyncpg_cursor):
+    """The adapter's cursor; a plain read with no transaction open runs without opening one."""
+
+    __slots__ = ()
+
+    async def _prepare_and_execute(self, operation: str, parameters: Any) -> None:
+        connection = self._adapt_connection
+        if not (
+            connection._transaction is None
+            and connection.isolation_level in _PER_STATEMENT_SNAPSHOT
+            and plain_read(operation)
+        ):
+            await super()._prepare_and_execute(operation, parameters)  # type: ignore[no-untyped-call]
+            return
+        held = _HOLD_BEGIN.set(True)
+        try:
+            await super()._prepare_and_execute(operation, parameters)  # type: ignore[no-untyped-call]
+        finally:
+            _HOLD_BEGIN.reset(held)
+
+
+class DeferredBeginConnection(AsyncAdapt_asyncpg_connection):
+    """The adapter's connection; ``BEGIN`` waits while :class:`DeferredBeginCursor` runs a plain read."""
+
+    __slots__ = ()
+    _cursor_cls = DeferredBeginCursor
+
+    async def _start_transaction(self) -> None:
+        if not _HOLD_BEGIN.get():
+            await super()._start_transaction()  # type: ignore[no-untyped-call]
+
+
+class DeferredBeginDBAPI(AsyncAdapt_asyncpg_dbapi):
+    """SQLAlchemy's asyncpg DB-API module, making :class:`DeferredBeginConnection` connections."""
+
+    def connect(self, *args: Any, **kwargs: Any) -> DeferredBeginConnection:
+        creator = kwargs.pop("async_creator_fn", self.asyncpg.connect)
+        cache_size = kwargs.pop("prepared_statement_cache_size", 100)
+        name_func = kwargs.pop("prepared_statement_name_func", None)
+        connection: DeferredBeginConnection = await_(
+            DeferredBeginConnection.create(
+                self,
+                creator(*args, **kwargs),
+                prepared_statement_cache_size=cache_size,
+                prepared_statement_name_func=name_func,
+            )
+        )
+        return connection
+
+
+@functools.cache
+def dbapi() -> DeferredBeginDBAPI:
+    """The module to hand to ``create_async_engine(..., module=dbapi())`` for a PostgreSQL URL."""
+    return DeferredBeginDBAPI(asyncpg)  # type: ignore[no-untyped-call]
