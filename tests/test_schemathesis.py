@@ -69,7 +69,9 @@ def live_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 
 @pytest.fixture(scope="module")
 def platform_schema(live_platform: dict[str, Any]) -> Any:
-    return schemathesis.openapi.from_url(f"{live_platform['base_url']}/openapi.json")
+    # Building the document takes the app a second or two on a quiet machine; schemathesis's default
+    # 10 s ran out once under a load average of 10, failing all 187 operations at set-up.
+    return schemathesis.openapi.from_url(f"{live_platform['base_url']}/openapi.json", timeout=60)
 
 
 def _operations() -> list[tuple[str, str]]:
