@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.audit.service import RequestFacts, write_event
+from parley.audit.service import RequestFacts, event_values, write_event
 from parley.auth.principal import Principal
 from parley.kit.db import SAFE_METHODS, before_commit
 
@@ -54,16 +54,18 @@ def audit_mutations(request: Request, session: AsyncSession, principal: Principa
             resource_type = getattr(route, "tags", [None])[0] if route is not None and route.tags else None
         await write_event(
             session,
-            request_facts(request),
-            organization_id=getattr(state, "audit_organization_id", None)
-            or getattr(state, "organization_id", None)  # the active organization auth resolved
-            or principal.api_key_organization_id,
-            actor_type=principal.kind,
-            actor_id=principal.id,
-            action=getattr(route, "name", None) or f"{request.method} {request.url.path}",
-            resource_type=resource_type,
-            resource_id=str(resource_id) if resource_id is not None else None,
-            details=getattr(state, "audit_details", None),
+            event_values(
+                request_facts(request),
+                organization_id=getattr(state, "audit_organization_id", None)
+                or getattr(state, "organization_id", None)  # the active organization auth resolved
+                or principal.api_key_organization_id,
+                actor_type=principal.kind,
+                actor_id=principal.id,
+                action=getattr(route, "name", None) or f"{request.method} {request.url.path}",
+                resource_type=resource_type,
+                resource_id=str(resource_id) if resource_id is not None else None,
+                details=getattr(state, "audit_details", None),
+            ),
         )
 
     before_commit(session, write)

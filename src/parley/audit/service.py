@@ -31,17 +31,18 @@ class RequestFacts:
     request_id: str | None = None
 
 
-def _event_values(
+def event_values(
     request: RequestFacts,
     *,
     organization_id: str | None,
     actor_type: str,
     actor_id: str,
     action: str,
-    resource_type: str | None,
-    resource_id: str | None,
-    details: dict[str, Any] | None,
+    resource_type: str | None = None,
+    resource_id: str | None = None,
+    details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """One audit event's columns, for :func:`record` or :func:`write_event`."""
     return {
         "id": new_id("aud"),
         "organization_id": organization_id,
@@ -56,34 +57,13 @@ def _event_values(
         "user_agent": (request.user_agent or "")[:300] or None,
         "request_id": request.request_id,
         "details": details,
+        "created_at": utcnow(),
     }
 
 
-def record(
-    session: AsyncSession,
-    request: RequestFacts,
-    *,
-    organization_id: str | None,
-    actor_type: str,
-    actor_id: str,
-    action: str,
-    resource_type: str | None = None,
-    resource_id: str | None = None,
-    details: dict[str, Any] | None = None,
-) -> AuditEvent:
+def record(session: AsyncSession, values: dict[str, Any]) -> AuditEvent:
     """Add one audit event to the session's transaction (it is written with the change it records)."""
-    event = AuditEvent(
-        **_event_values(
-            request,
-            organization_id=organization_id,
-            actor_type=actor_type,
-            actor_id=actor_id,
-            action=action,
-            resource_type=resource_type,
-            resource_id=resource_id,
-            details=details,
-        )
-    )
+    event = AuditEvent(**values)
     session.add(event)
     return event
 
@@ -92,30 +72,8 @@ def record(
 _INSERT_EVENT = insert(cast(Table, AuditEvent.__table__))
 
 
-async def write_event(
-    session: AsyncSession,
-    request: RequestFacts,
-    *,
-    organization_id: str | None,
-    actor_type: str,
-    actor_id: str,
-    action: str,
-    resource_type: str | None = None,
-    resource_id: str | None = None,
-    details: dict[str, Any] | None = None,
-) -> None:
+async def write_event(session: AsyncSession, values: dict[str, Any]) -> None:
     """Write one audit event in the session's transaction now (``record`` leaves it to the flush)."""
-    values = _event_values(
-        request,
-        organization_id=organization_id,
-        actor_type=actor_type,
-        actor_id=actor_id,
-        action=action,
-        resource_type=resource_type,
-        resource_id=resource_id,
-        details=details,
-    )
-    values["created_at"] = utcnow()
     await session.execute(_INSERT_EVENT, values)
 
 

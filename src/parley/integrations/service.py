@@ -642,14 +642,16 @@ def _audit(
     """The callback is a GET without a bearer token: it records its audit event itself."""
     audit.record(
         session,
-        request,
-        organization_id=pending.organization_id,
-        actor_type="user",
-        actor_id=pending.user_id,
-        action=action,
-        resource_type="integration_connection",
-        resource_id=connection_id,
-        details={"provider": pending.provider, **details},
+        audit.event_values(
+            request,
+            organization_id=pending.organization_id,
+            actor_type="user",
+            actor_id=pending.user_id,
+            action=action,
+            resource_type="integration_connection",
+            resource_id=connection_id,
+            details={"provider": pending.provider, **details},
+        ),
     )
 
 

@@ -19,7 +19,7 @@ import structlog
 from sqlalchemy import bindparam, delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.audit.service import RequestFacts, record
+from parley.audit.service import RequestFacts, event_values, record
 from parley.brain.models import BrainSignal
 from parley.calls import service as calls
 from parley.calls.models import Call
@@ -528,18 +528,20 @@ async def expire_batch(
         started_at, had_recording = facts_of[call_id]
         record(
             session,
-            facts,
-            organization_id=organization_id,
-            actor_type=actor_type,
-            actor_id=actor_id,
-            action="privacy.retention_delete_call",
-            resource_type="call",
-            resource_id=call_id,
-            details={
-                "retention_days": retention_days,
-                "started_at": started_at.isoformat(),
-                "recording_deleted": had_recording,
-            },
+            event_values(
+                facts,
+                organization_id=organization_id,
+                actor_type=actor_type,
+                actor_id=actor_id,
+                action="privacy.retention_delete_call",
+                resource_type="call",
+                resource_id=call_id,
+                details={
+                    "retention_days": retention_days,
+                    "started_at": started_at.isoformat(),
+                    "recording_deleted": had_recording,
+                },
+            ),
         )
     expired = [(h.name, await h.expire(session, organization_id, cutoff)) for h in holders()]
     expired.append((EVENTS, await _delete_events(session, organization_id, WebhookEvent.created_at < cutoff)))
@@ -548,14 +550,16 @@ async def expire_batch(
             deleted.sources[name] = deleted.sources.get(name, 0) + count
             record(
                 session,
-                facts,
-                organization_id=organization_id,
-                actor_type=actor_type,
-                actor_id=actor_id,
-                action=f"privacy.retention_delete_{name}",
-                resource_type=name,
-                resource_id=None,
-                details={"retention_days": retention_days, "count": count, "before": cutoff.isoformat()},
+                event_values(
+                    facts,
+                    organization_id=organization_id,
+                    actor_type=actor_type,
+                    actor_id=actor_id,
+                    action=f"privacy.retention_delete_{name}",
+                    resource_type=name,
+                    resource_id=None,
+                    details={"retention_days": retention_days, "count": count, "before": cutoff.isoformat()},
+                ),
             )
     await session.flush()
     _remove_files_after_commit(session, blobs, deleted.blob_keys)

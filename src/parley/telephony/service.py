@@ -645,13 +645,15 @@ def audit_webhook(
     async def write(session: AsyncSession) -> None:
         audit.record(
             session,
-            request,
-            organization_id=organization_id,
-            actor_type="provider",
-            actor_id="twilio",
-            action="twilio_voice",
-            resource_type="session",
-            resource_id=session_id,
+            audit.event_values(
+                request,
+                organization_id=organization_id,
+                actor_type="provider",
+                actor_id="twilio",
+                action="twilio_voice",
+                resource_type="session",
+                resource_id=session_id,
+            ),
         )
 
     before_commit(session, write)
