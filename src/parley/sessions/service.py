@@ -2,7 +2,8 @@
 
 State lives in ``conversation_sessions`` (JSON), so any process can continue a session. Turns of one
 session are serialized by an in-process lock (see :mod:`parley.sessions.locks`) and, across
-processes, by a row lock on PostgreSQL and the optimistic ``version`` check on every write. When a
+processes, by the optimistic ``version`` check on every write (a turn's ``UPDATE ... WHERE version``;
+the ORM's check, after a row lock on PostgreSQL, where a whole row is written). When a
 session ends (the flow ends, ``/end``, the idle sweeper, a failure) its call record is written in the
 same transaction via ``parley.calls.service.record_call``.
 """
@@ -440,8 +441,8 @@ async def send_message(
     and model may take long), then write the new state to ``session``. The caller holds the session's
     turn lock; the row's ``version`` guards against another process's turn meanwhile (409).
 
-    What it returns is for reading: a snapshot of the row as written, or (a turn that ended the
-    conversation) the session's own row."""
+    What it returns is for reading: a snapshot of the row as written, or (a turn that stored the
+    model's usage) the session's own row."""
     organization_id = context.organization_id
     engine: FlowEngine | None = None
     llm: PlatformLlm | None = None
