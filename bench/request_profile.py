@@ -22,8 +22,10 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import cProfile
 import json
 import os
+import pstats
 import subprocess
 import sys
 import tempfile
@@ -134,7 +136,7 @@ async def send_request(
     return status, b"".join(chunks)
 
 
-async def measure(app: Any, token: str, requests: int) -> None:
+async def measure(app: Any, token: str, requests: int, count_calls: bool = False) -> None:
     import httpx
 
     async with app.router.lifespan_context(app):
@@ -166,6 +168,16 @@ async def measure(app: Any, token: str, requests: int) -> None:
                 await send_request(app, path, headers)
             slices.append((time.process_time() - started) / size)
             walls.append((time.perf_counter() - wall) / size)
+        if count_calls:  # Python function calls per request: a figure the machine's load does not move
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(size):
+                await send_request(app, path, headers)
+            profile.disable()
+            stats = pstats.Stats(profile)
+            print(f"{stats.total_calls / size:,.0f} function calls per request")  # type: ignore[attr-defined]
+            if dump := os.environ.get("PARLEY_PROFILE_DUMP"):
+                stats.dump_stats(dump)
         print(
             f"{size * 10} requests: {sum(slices) / len(slices) * 1e6:.0f} µs CPU per request "
             f"(in process, sequential; fastest tenth {min(slices) * 1e6:.0f} µs); "
@@ -208,6 +220,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--postgresql", action="store_true", help="a fresh database on 127.0.0.1:5432")
     parser.add_argument("--shares", metavar="RAW", help="print the shares of a py-spy raw profile instead")
+    parser.add_argument(
+        "--count-calls", action="store_true", help="also count Python function calls per request"
+    )
     args = parser.parse_args()
     if args.shares:
         shares(args.shares)
@@ -218,7 +233,7 @@ def main() -> None:
     ):
         from parley.app import create_app_from_env
 
-        asyncio.run(measure(create_app_from_env(), token, args.requests))
+        asyncio.run(measure(create_app_from_env(), token, args.requests, args.count_calls))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from parley.kit.outbound import close_kept_connections, outbound_policy
 from parley.kit.queue import queue_from_settings
 from parley.kit.ratelimit import limiter_from_settings
 from parley.kit.responses import JSONBytesResponse
-from parley.kit.routing import check_route_classes
+from parley.kit.routing import check_route_classes, install_route_index
 from parley.kit.tracing import install_tracing, instrument_engine, shutdown_tracing
 from parley.knowledge.router import router as knowledge_router
 from parley.knowledge.service import MAX_DOCUMENT_BYTES
@@ -265,6 +265,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.add_middleware(RequestContextMiddleware)
     install_tracing(app, settings)  # off unless PARLEY_OTEL_ENDPOINT is set (docs/observability.md)
     install_openapi(app, routers=ROUTERS, title=app.title, version="1.0.0", description=DESCRIPTION)
+    install_route_index(app)
     return app
 
 

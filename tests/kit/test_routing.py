@@ -12,7 +12,13 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from parley.kit.db import DbSession, RequestUnit, create_engine
-from parley.kit.routing import ParleyRouter, UnitOfWorkRoute, check_route_classes
+from parley.kit.routing import (
+    ParleyRouter,
+    RouteIndex,
+    UnitOfWorkRoute,
+    check_route_classes,
+    install_route_index,
+)
 
 
 def test_an_api_route_of_another_class_is_refused_at_start_up() -> None:
@@ -136,3 +142,128 @@ async def test_prefix_skipping_counts_the_prefix_of_the_inclusion() -> None:
     assert answers[0][0] == (200, b'{"nested":"x"}')
     assert answers[0][2] == (200, b'{"thing":"1"}')
     assert answers[1] == answers[0]
+
+
+def _indexed(app: FastAPI) -> FastAPI:
+    install_route_index(app)
+    assert isinstance(app.router.middleware_stack, RouteIndex)
+    return app
+
+
+def _routers_with_every_kind_of_route() -> FastAPI:
+    """Routes the index must keep FastAPI's answers for: prefixed routers, a router without a prefix,
+    a route whose first segment is a parameter (listed before routers it would shadow), a mount,
+    overlapping prefixes and a nested inclusion."""
+    app = FastAPI()
+    bare = ParleyRouter()  # no prefix: its keys come from its routes
+
+    @bare.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"ok": "yes"}
+
+    things = ParleyRouter(prefix="/api/things")
+
+    @things.get("/{thing_id}")
+    async def get_thing(thing_id: str) -> dict[str, str]:
+        return {"got": thing_id}
+
+    @things.get("")
+    async def list_things() -> list[str]:
+        return ["a"]
+
+    shadow = ParleyRouter()
+
+    @shadow.get("/{page}/things/{thing_id}")
+    async def shadowing(page: str, thing_id: str) -> dict[str, str]:
+        return {"shadow": f"{page}/{thing_id}"}
+
+    parent = ParleyRouter(prefix="/api/nest")
+    child = ParleyRouter(prefix="/inner")
+
+    @child.put("/{x}")
+    async def nested(x: str) -> dict[str, str]:
+        return {"nested": x}
+
+    parent.include_router(child)
+    app.include_router(bare)
+    app.include_router(shadow)  # listed before the things router: it wins for /api/things/<id>
+    app.include_router(things)
+    app.include_router(parent)
+    app.mount("/files", FastAPI())
+    return app
+
+
+PROBES = [
+    ("GET", "/healthz"),
+    ("GET", "/healthz/"),
+    ("GET", "/api/things"),
+    ("GET", "/api/things/"),  # FastAPI redirects to the route without the slash
+    ("GET", "/api/things/a1"),  # the shadowing route, listed earlier, matches first
+    ("DELETE", "/api/things/a1"),
+    ("GET", "/x/things/a1"),
+    ("PUT", "/api/nest/inner/7"),
+    ("GET", "/api/nest/inner/7"),  # 405
+    ("GET", "/api/nest"),
+    ("GET", "/files/x"),
+    ("GET", "/files"),
+    ("GET", "/"),
+    ("GET", "/nowhere/at/all"),
+]
+
+
+async def _answers(app: FastAPI) -> list[tuple[int, bytes, str | None]]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        return [
+            ((r := await client.request(method, path)).status_code, r.content, r.headers.get("location"))
+            for method, path in PROBES
+        ]
+
+
+async def test_the_route_index_answers_every_request_as_fastapi_does() -> None:
+    plain = await _answers(_routers_with_every_kind_of_route())
+    assert plain[4] == (200, b'{"shadow":"api/a1"}', None)  # the probes reach what they mean to
+    assert plain[3][0] == 307 and plain[8][0] == 405 and plain[-1][0] == 404
+    assert await _answers(_indexed(_routers_with_every_kind_of_route())) == plain
+
+
+async def test_the_route_index_sees_routes_added_after_it_was_built() -> None:
+    app = _indexed(_routers_with_every_kind_of_route())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.get("/late")).status_code == 404  # the index is built
+
+        @app.get("/late")
+        async def late() -> dict[str, str]:
+            return {"late": "yes"}
+
+        assert (await client.get("/late")).json() == {"late": "yes"}
+
+
+class _CountingRouter(ParleyRouter):
+    asked = 0
+
+    def matches(self, scope: Any) -> Any:
+        _CountingRouter.asked += 1
+        return super().matches(scope)
+
+
+async def test_a_request_asks_only_the_routers_its_path_can_reach() -> None:
+    asked = []
+    for indexed in (False, True):
+        app = FastAPI()
+        for n in range(30):
+            router = _CountingRouter(prefix=f"/api/area{n}")
+
+            @router.get("/{item}")
+            async def item(item: str) -> dict[str, str]:
+                return {"item": item}
+
+            app.include_router(router)
+        if indexed:
+            _indexed(app)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            _CountingRouter.asked = 0
+            assert (await client.get("/api/area29/x")).json() == {"item": "x"}
+            asked.append(_CountingRouter.asked)
+    assert asked == [30, 1]  # FastAPI asks every router listed before the path's; the index only its own

@@ -264,6 +264,10 @@ class OneHopConnection(aiosqlite.Connection):
     def sqlite(self) -> sqlite3.Connection:
         return self._conn
 
+    def hold_begin(self, begin: str) -> None:
+        """The transaction's ``BEGIN``, sent with its first statement (what a cursor does with one)."""
+        self.held_begin = begin
+
     def read_here(self, begin: str | None, sql: str, parameters: Any) -> tuple[Outcome | None, str | None]:
         """Try a SELECT on the calling thread: (its outcome, None), or (None, the BEGIN still to send)
         when it would have waited or run past the budget."""
