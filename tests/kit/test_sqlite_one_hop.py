@@ -337,3 +337,38 @@ def test_busy_kinds_are_told_apart_by_their_primary_code(tmp_path: Path) -> None
     recovering = sqlite3.OperationalError("database is locked")
     recovering.sqlite_errorcode = sqlite3.SQLITE_BUSY_RECOVERY
     assert one_hop._primary_code(recovering) in one_hop._GIVE_WAY
+
+
+async def test_begin_is_deferred_unless_the_engine_asks_for_immediate(
+    engine: AsyncEngine, tmp_path: Path
+) -> None:
+    """The dialect sends BEGIN DEFERRED (a read takes no write lock); an engine with the execution option
+    sqlite_begin="IMMEDIATE" takes the write lock with its first statement, even a read."""
+
+    def lock_is_free() -> bool:
+        other = sqlite3.connect(tmp_path / "one.db", timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            other.close()
+
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT count(*) FROM t"))
+        assert conn.in_transaction() and lock_is_free()
+        await conn.execute(text("INSERT INTO t (id, v) VALUES (40, 'd')"))
+        assert not lock_is_free()  # the write took it, in the same transaction
+        await conn.rollback()
+    writer_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
+    async with writer_engine.connect() as conn:
+        await conn.execute(text("SELECT count(*) FROM t"))
+        assert not lock_is_free()
+        await conn.rollback()
+    assert lock_is_free()
+    async with engine.connect() as conn:  # the option stays with its engine
+        await conn.execute(text("SELECT count(*) FROM t"))
+        assert lock_is_free()
+        assert (await conn.execute(text("SELECT count(*) FROM t WHERE id = 40"))).scalar_one() == 0

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 from fastapi import Depends, Request
 from sqlalchemy import DateTime, MetaData, String, event
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -30,7 +30,8 @@ from sqlalchemy.types import TypeDecorator
 from sqlalchemy.util import await_
 
 from parley.kit import postgres
-from parley.kit.sqlite import OneHopConnection, connect_one_hop
+from parley.kit.sqlite import DRIVER_NAME as SQLITE_DRIVER
+from parley.kit.sqlite import connect_one_hop
 
 if TYPE_CHECKING:
     from parley.config import Settings
@@ -98,16 +99,10 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout: float) -> None:
 
     # Writing requests take the write lock up front (BEGIN IMMEDIATE): a deferred transaction that
     # upgrades to a writer under concurrency fails with SQLITE_BUSY instead of waiting.
-    # The adapter holds BEGIN until the transaction's first statement (kit/sqlite.py): it is handed
-    # over directly, not as a statement through SQLAlchemy's execution path (a third of a read's cost).
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        begin = f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'DEFERRED')}"
-        driver = conn.connection.driver_connection
-        if isinstance(driver, OneHopConnection):
-            driver.hold_begin(begin)
-        else:
-            conn.exec_driver_sql(begin)
+    # BEGIN is sent by the dialect (kit/sqlite.py's OneHopDialect): DEFERRED, or what an engine's
+    # execution option sqlite_begin asks for (writers take the write lock up front with IMMEDIATE: a
+    # deferred transaction that upgrades to a writer under concurrency fails with SQLITE_BUSY instead
+    # of waiting).
 
 
 @dataclass(frozen=True)
@@ -160,7 +155,7 @@ def create_engine(
     timeouts = timeouts or Timeouts()
     if url.startswith("sqlite"):
         engine = create_async_engine(
-            url,
+            make_url(url).set(drivername=SQLITE_DRIVER),
             pool_size=pool_size,
             max_overflow=0,
             pool_timeout=pool_timeout,

@@ -46,6 +46,7 @@ Nothing else changes: the same ``sqlite3`` connection, errors and transaction bo
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import time
@@ -53,6 +54,9 @@ from collections.abc import Callable
 from typing import Any
 
 import aiosqlite
+from sqlalchemy import event
+from sqlalchemy.dialects import registry
+from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 
 INLINE_BUDGET_S = 0.002  # a SELECT still running after this long goes on on the connection's thread
 BUDGET_CHECK_STEPS = 1000  # SQLite virtual-machine steps between two looks at the budget
@@ -377,3 +381,49 @@ def connect_one_hop(database: str, **kwargs: Any) -> OneHopConnection:
     connection = OneHopConnection(connector)
     connection._thread.daemon = True  # like aiosqlite.connect through SQLAlchemy: never blocks exit
     return connection
+
+
+def _hold(begin: str, conn: Any) -> None:
+    """A ``begin`` listener: the transaction opens with ``begin`` (held until its first statement)."""
+    driver = conn.connection.driver_connection
+    if isinstance(driver, OneHopConnection):
+        driver.hold_begin(begin)
+    else:
+        conn.exec_driver_sql(begin)
+
+
+class OneHopDialect(SQLiteDialect_aiosqlite):
+    """SQLAlchemy's aiosqlite dialect, giving the one-hop adapter its ``BEGIN`` directly.
+
+    pysqlite's own transaction handling is off (it breaks ``SAVEPOINT``), so SQLAlchemy must have
+    ``BEGIN`` sent. A ``begin`` event listener did that on every connection, and any such listener
+    makes SQLAlchemy look for listeners of every other connection event at every statement, begin,
+    commit and rollback. Here the dialect hands ``BEGIN DEFERRED`` to the adapter when SQLAlchemy
+    begins (where the dialect's ``do_begin`` is called); only an engine or a connection given
+    ``execution_options(sqlite_begin="IMMEDIATE")`` (the writers, which take the write lock up front)
+    has a listener, and it alone pays for it.
+    """
+
+    supports_statement_cache = True
+
+    def do_begin(self, dbapi_connection: Any) -> None:
+        driver = dbapi_connection.driver_connection
+        if not isinstance(driver, OneHopConnection):
+            dbapi_connection.cursor().execute("BEGIN DEFERRED")
+        elif driver.held_begin is None:  # else an execution option's listener chose it
+            driver.hold_begin("BEGIN DEFERRED")
+
+    def set_engine_execution_options(self, engine: Any, opts: Any) -> None:
+        super().set_engine_execution_options(engine, opts)
+        if "sqlite_begin" in opts:
+            event.listen(engine, "begin", functools.partial(_hold, f"BEGIN {opts['sqlite_begin']}"))
+
+    def set_connection_execution_options(self, connection: Any, opts: Any) -> None:
+        super().set_connection_execution_options(connection, opts)
+        if "sqlite_begin" in opts:
+            event.listen(connection, "begin", functools.partial(_hold, f"BEGIN {opts['sqlite_begin']}"))
+
+
+# ``sqlite+aiosqlite://`` URLs are served by this dialect (kit/db.py's create_engine names it).
+DRIVER_NAME = "sqlite+parley_onehop"
+registry.register("sqlite.parley_onehop", __name__, "OneHopDialect")
