@@ -197,6 +197,7 @@ PROBES = [
     ("GET", "/healthz"),
     ("GET", "/healthz/"),
     ("GET", "/api/things"),
+    ("POST", "/api/things"),  # 405 from a router of plain routes
     ("GET", "/api/things/"),  # FastAPI redirects to the route without the slash
     ("GET", "/api/things/a1"),  # the shadowing route, listed earlier, matches first
     ("DELETE", "/api/things/a1"),
@@ -222,8 +223,8 @@ async def _answers(app: FastAPI) -> list[tuple[int, bytes, str | None]]:
 
 async def test_the_route_index_answers_every_request_as_fastapi_does() -> None:
     plain = await _answers(_routers_with_every_kind_of_route())
-    assert plain[4] == (200, b'{"shadow":"api/a1"}', None)  # the probes reach what they mean to
-    assert plain[3][0] == 307 and plain[8][0] == 405 and plain[-1][0] == 404
+    assert plain[5] == (200, b'{"shadow":"api/a1"}', None)  # the probes reach what they mean to
+    assert plain[3][0] == 405 and plain[4][0] == 307 and plain[9][0] == 405 and plain[-1][0] == 404
     assert await _answers(_indexed(_routers_with_every_kind_of_route())) == plain
 
 

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, Request, Response
 from fastapi.routing import APIRoute, APIRouter
@@ -96,6 +96,7 @@ try:  # FastAPI 0.165's steps around a route's selection; without them, no index
     from fastapi.routing import (
         _FASTAPI_EFFECTIVE_ROUTE_CONTEXT_KEY,
         _apply_router_form_limits,
+        _EffectiveRouteContext,
         _update_scope,
     )
     from fastapi.telemetry._api import _route_selected
@@ -105,6 +106,7 @@ else:
     _INDEXABLE = True
 
 _MISSING = object()
+_API_ROUTE_MATCHES = APIRoute.matches
 _ANY = "{any}"  # a key's second segment when a route takes any (a parameter there, or a mount)
 Key = tuple[str, "str | None"]  # a path's first two segments; None: the path has only one
 
@@ -250,7 +252,7 @@ class RouteIndex:
         fastapi_scope = scope.setdefault(_FASTAPI_SCOPE_KEY, {})
         previous = fastapi_scope.get(_FASTAPI_INCLUDED_ROUTER_KEY, _MISSING)
         fastapi_scope[_FASTAPI_INCLUDED_ROUTER_KEY] = included
-        match, child_scope, route, context = included._match(scope)
+        match, child_scope, route, context = _match_in(included, scope)
         if match == Match.FULL and context is not None and isinstance(route, APIRoute):
             _apply_router_form_limits(scope, included.include_context.form_limits)
             _update_scope(scope, child_scope)
@@ -265,6 +267,34 @@ class RouteIndex:
         else:
             fastapi_scope[_FASTAPI_INCLUDED_ROUTER_KEY] = previous
         return match, {}
+
+
+def _match_in(included: _IncludedRouter, scope: Scope) -> tuple[Match, Scope, Any, Any]:
+    """FastAPI's ``_match`` of an included router whose routes are all plain API routes, without its
+    bookkeeping per route: FastAPI names each route's context in the scope around asking the route,
+    which only hands the question to that context (``APIRoute.matches``). Any other router (nested
+    routers, mounts, a route class with its own matching) is matched by FastAPI's ``_match``."""
+    candidates = included.effective_candidates()
+    partial: tuple[Scope, Any, Any] | None = None
+    for context in candidates:
+        route: Any = getattr(context, "original_route", None)
+        if (
+            type(context) is not _EffectiveRouteContext
+            or getattr(type(route), "matches", None) is not _API_ROUTE_MATCHES
+        ):
+            return included._match(scope)
+    for context in cast(list[_EffectiveRouteContext], candidates):
+        match, child_scope = context.matches(scope)
+        if match == Match.NONE:
+            continue
+        child_scope["route"] = context.original_route
+        if match == Match.FULL:
+            return match, child_scope, context.original_route, context
+        if partial is None:
+            partial = (child_scope, context.original_route, context)
+    if partial is not None:
+        return Match.PARTIAL, *partial
+    return Match.NONE, {}, None, None
 
 
 def install_route_index(app: FastAPI) -> None:
