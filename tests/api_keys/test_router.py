@@ -120,3 +120,18 @@ async def test_key_of_another_organization_is_404(client: httpx.AsyncClient) -> 
         f"/api/api-keys/{key['id']}/revoke", headers=auth(make_token("mallory"), str(other["id"]))
     )
     assert revoke.status_code == 404
+
+
+async def test_get_answers_the_key_as_create_and_revoke_did(client: httpx.AsyncClient) -> None:
+    """GET reads the row without an ORM object: the same fields and values as the other answers."""
+    org = await create_org(client)
+    headers = auth(ALICE, str(org["id"]))
+    created = (
+        await client.post("/api/api-keys", json={"name": "k", "expires_in_days": 3}, headers=headers)
+    ).json()
+    got = (await client.get(f"/api/api-keys/{created['id']}", headers=headers)).json()
+    assert got == {name: value for name, value in created.items() if name != "secret"}
+    assert got["status"] == "active" and got["expires_at"].endswith("Z")
+    revoked = (await client.post(f"/api/api-keys/{created['id']}/revoke", headers=headers)).json()
+    assert (await client.get(f"/api/api-keys/{created['id']}", headers=headers)).json() == revoked
+    assert revoked["status"] == "revoked"

@@ -48,7 +48,7 @@ async def list_api_keys(
 @router.get("/{keyId}", summary="Get API Key", response_model=ApiKeyOut)
 async def get_api_key(session: DbSession, context: OrgAdmin, key_id: KeyId) -> ApiKeyOut:
     """One key's metadata. Never the secret, nor its hash."""
-    return service.to_out(await service.get_key(session, context, key_id))
+    return service.to_out(await service.read_key(session, context, key_id))
 
 
 @router.post("/{keyId}/revoke", summary="Revoke API Key", responses=documented(409), response_model=ApiKeyOut)

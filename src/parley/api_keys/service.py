@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Row, Select, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.api_keys.schemas import ApiKeyCreate, ApiKeyOut
@@ -16,10 +17,10 @@ from parley.kit.crypto import sha256_hex
 from parley.kit.db import utcnow
 from parley.kit.errors import Conflict, Forbidden
 from parley.kit.ids import new_id
-from parley.kit.tenancy import get_owned, scoped
+from parley.kit.tenancy import get_owned, read_owned, scoped
 
 
-def status_of(key: ApiKey) -> str:
+def status_of(key: ApiKey | Row[Any]) -> str:
     if key.revoked_at is not None:
         return "revoked"
     if key.expires_at is not None and key.expires_at <= utcnow():
@@ -27,7 +28,7 @@ def status_of(key: ApiKey) -> str:
     return "active"
 
 
-def to_out(key: ApiKey) -> ApiKeyOut:
+def to_out(key: ApiKey | Row[Any]) -> ApiKeyOut:
     return ApiKeyOut.model_validate(
         {**{c: getattr(key, c) for c in ApiKeyOut.model_fields if c != "status"}, "status": status_of(key)}
     )
@@ -57,6 +58,11 @@ async def create_key(session: AsyncSession, context: OrgContext, data: ApiKeyCre
 
 async def get_key(session: AsyncSession, context: OrgContext, key_id: str) -> ApiKey:
     return await get_owned(session, ApiKey, key_id, context.organization_id, "API key")
+
+
+async def read_key(session: AsyncSession, context: OrgContext, key_id: str) -> Row[Any]:
+    """The key's row, to answer it (read only)."""
+    return await read_owned(session, ApiKey, key_id, context.organization_id, "API key")
 
 
 async def revoke_key(session: AsyncSession, context: OrgContext, key_id: str) -> ApiKey:
