@@ -30,6 +30,7 @@ from sqlalchemy.types import TypeDecorator
 from sqlalchemy.util import await_
 
 from parley.kit import postgres
+from parley.kit.pool import FairAsyncAdaptedQueuePool
 from parley.kit.sqlite import DRIVER_NAME as SQLITE_DRIVER
 from parley.kit.sqlite import connect_one_hop
 
@@ -156,6 +157,7 @@ def create_engine(
     if url.startswith("sqlite"):
         engine = create_async_engine(
             make_url(url).set(drivername=SQLITE_DRIVER),
+            poolclass=FairAsyncAdaptedQueuePool,  # waiting requests served in turn (kit/pool.py)
             pool_size=pool_size,
             max_overflow=0,
             pool_timeout=pool_timeout,
@@ -169,6 +171,7 @@ def create_engine(
         url,
         # BEGIN waits for the first statement that is not a plain read (kit/postgres.py)
         **({"module": postgres.dbapi()} if url.startswith("postgresql+asyncpg://") else {}),
+        poolclass=FairAsyncAdaptedQueuePool,  # waiting requests served in turn (kit/pool.py)
         pool_size=pool_size,
         max_overflow=pool_size // 2,
         pool_timeout=pool_timeout,
