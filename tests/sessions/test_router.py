@@ -268,3 +268,17 @@ async def test_a_write_from_another_process_in_between_is_refused(
         with pytest.raises(Conflict):
             await service._save(first, row, state, None)
         await first.rollback()
+
+
+async def test_get_answers_the_session_as_its_turns_did(make_platform: Any) -> None:
+    """GET reads the session as a plain row (no ORM object): the same fields as the turn's answer, and
+    another organization's id is a 404."""
+    platform: Platform = await make_platform()
+    flow_id = await platform.flow(ECHO)
+    started = await platform.start(flow_id)
+    turn = await platform.say(started["id"], "hallo")
+    got = (await platform.get(f"/api/sessions/{started['id']}")).json()
+    assert got == {name: value for name, value in turn.items() if name not in ("events", "reply")}
+    assert "Echo hallo." in [line["text"] for line in got["transcript"]]
+    other: Platform = await make_platform()
+    assert (await other.get(f"/api/sessions/{started['id']}")).status_code == 404

@@ -74,6 +74,8 @@ async def test_crud_and_secrets_are_never_returned(
         read = await client.get(url, headers=headers)
         assert read.status_code == 200
         assert TOKEN not in read.text
+    # GET by id reads a plain row (no ORM object): the same answer as the create's
+    assert (await client.get(f"/api/tools/{tool['id']}", headers=headers)).json() == tool
     assert (await client.get("/api/tools?type=transfer", headers=headers)).json()["items"] == []
 
     # Encrypted at rest, bound to the row and field.

@@ -99,7 +99,7 @@ async def import_flow(
 
 @router.get("/{flowId}", summary="Get Flow", response_model=FlowOut)
 async def get_flow(session: DbSession, context: OrgReader, flow_id: FlowId) -> FlowOut:
-    return service.to_out(await service.get_flow(session, context.organization_id, flow_id))
+    return service.to_out(await service.read_flow(session, context.organization_id, flow_id))
 
 
 @router.patch("/{flowId}", summary="Update Flow", response_model=FlowOut)

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
-from sqlalchemy import Select, func, select
+from sqlalchemy import Row, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
@@ -39,7 +39,7 @@ from parley.flows.validation import Issue, OrgResources, ToolRef, validate_defin
 from parley.kit.db import utcnow
 from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.ids import new_id
-from parley.kit.tenancy import get_owned, scoped
+from parley.kit.tenancy import get_owned, read_owned, scoped
 from parley.tools import service as tools_service
 from parley.tools.models import Tool
 from parley.tools.schemas import parse_config
@@ -84,7 +84,7 @@ async def flows_using_tool(session: AsyncSession, organization_id: str, tool: To
 tools_service.count_tool_users(flows_using_tool)
 
 
-def _summary_fields(flow: Flow) -> dict[str, Any]:
+def _summary_fields(flow: Flow | Row[Any]) -> dict[str, Any]:
     return {
         "id": flow.id,
         "name": flow.name,
@@ -102,7 +102,7 @@ def to_summary(flow: Flow) -> FlowSummary:
     return FlowSummary(**_summary_fields(flow))
 
 
-def to_out(flow: Flow) -> FlowOut:
+def to_out(flow: Flow | Row[Any]) -> FlowOut:
     return FlowOut(**_summary_fields(flow), definition=flow.definition)
 
 
@@ -162,6 +162,11 @@ def list_query(organization_id: str, status: str | None, q: str | None) -> Selec
             | func.lower(func.coalesce(Flow.description, "")).like(pattern)
         )
     return stmt
+
+
+async def read_flow(session: AsyncSession, organization_id: str, flow_id: str) -> Row[Any]:
+    """The flow's row, to answer it (read only)."""
+    return await read_owned(session, Flow, flow_id, organization_id, "Flow")
 
 
 async def get_flow(session: AsyncSession, organization_id: str, flow_id: str, *, lock: bool = False) -> Flow:

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Integer, String
+from sqlalchemy import JSON, Boolean, Integer, Row, String
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -87,4 +87,4 @@ class SessionSnapshot:
 
 
 # What reading a session's answer needs: the ORM row or a turn's snapshot of it.
-SessionFacts = ConversationSession | SessionSnapshot
+SessionFacts = ConversationSession | SessionSnapshot | Row[Any]  # Row: a plain read (kit.tenancy.read_owned)

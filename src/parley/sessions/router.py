@@ -206,7 +206,7 @@ async def create_session(
 @router.get("/{sessionId}", summary="Get Session", response_model=SessionOut)
 async def get_session(session: DbSession, context: OrgReader, session_id: SessionId) -> SessionOut:
     """The session: status, where the flow stands, its variables and the transcript so far."""
-    return service.to_out(await service.get_session(session, context.organization_id, session_id))
+    return service.to_out(await service.read_session(session, context.organization_id, session_id))
 
 
 @router.post(

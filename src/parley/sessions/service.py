@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import Select, Table, bindparam, insert, select, update
+from sqlalchemy import Row, Select, Table, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -32,7 +32,7 @@ from parley.kit.errors import Conflict, NotFound
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.redaction import Redactor
-from parley.kit.tenancy import get_owned, scoped
+from parley.kit.tenancy import get_owned, read_owned, scoped
 from parley.privacy import service as privacy
 from parley.providers.service import find_config
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
@@ -155,6 +155,11 @@ async def _engine(
         calls=line,
     )
     return engine, llm
+
+
+async def read_session(session: AsyncSession, organization_id: str, session_id: str) -> Row[Any]:
+    """The session's row, to answer it (read only)."""
+    return await read_owned(session, ConversationSession, session_id, organization_id, "Session")
 
 
 async def get_session(

@@ -21,6 +21,7 @@ import httpx
 import jsonschema
 import orjson
 from pydantic import BaseModel
+from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Settings
@@ -99,7 +100,7 @@ BUILTIN_PARAMETERS: dict[str, dict[str, Any]] = {
 }
 
 
-def parameters_of(tool: Tool) -> dict[str, Any]:
+def parameters_of(tool: Tool | Row[Any]) -> dict[str, Any]:
     if tool.type == "http":
         return dict(tool.config.get("parameters") or {"type": "object", "properties": {}})
     return BUILTIN_PARAMETERS[tool.type]

@@ -49,7 +49,7 @@ async def list_tools(
 
 @router.get("/{toolId}", summary="Get Tool", response_model=ToolOut)
 async def get_tool(session: DbSession, context: OrgReader, tool_id: ToolId) -> ToolOut:
-    return service.to_out(await service.get_tool(session, context.organization_id, tool_id))
+    return service.to_out(await service.read_tool(session, context.organization_id, tool_id))
 
 
 @router.patch("/{toolId}", summary="Update Tool", responses=documented(409), response_model=ToolOut)

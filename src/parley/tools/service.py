@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from sqlalchemy import Select, func, or_, select
+from sqlalchemy import Row, Select, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
@@ -19,7 +19,7 @@ from parley.kit.db import short_read, utcnow
 from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.ids import new_id
 from parley.kit.schemas import StrictModel
-from parley.kit.tenancy import get_owned, scoped
+from parley.kit.tenancy import get_owned, read_owned, scoped
 from parley.kit.toolcalls import ToolResult
 from parley.tools.executor import (
     InvalidArguments,
@@ -41,7 +41,7 @@ from parley.tools.schemas import (
 MAX_TEST_RESULT_BYTES = 10 * 1024
 
 
-def to_out(tool: Tool) -> ToolOut:
+def to_out(tool: Tool | Row[Any]) -> ToolOut:
     return ToolOut(
         id=tool.id,
         name=tool.name,
@@ -68,6 +68,11 @@ def list_query(organization_id: str, tool_type: str | None, q: str | None) -> Se
             )
         )
     return stmt
+
+
+async def read_tool(session: AsyncSession, organization_id: str, tool_id: str) -> Row[Any]:
+    """The tool's row, to answer it (read only)."""
+    return await read_owned(session, Tool, tool_id, organization_id, "Tool")
 
 
 async def get_tool(session: AsyncSession, organization_id: str, tool_id: str) -> Tool:
