@@ -26,12 +26,17 @@ from starlette.types import Receive, Scope, Send
 from parley.kit.db import end_request_unit
 from parley.kit.direct import direct_handler
 
-try:  # FastAPI 0.165's included-router bookkeeping; without it, no prefix skipping
+try:  # FastAPI 0.165's included-router bookkeeping; without it, no prefix skipping and no route index
     from fastapi.routing import (
+        _FASTAPI_EFFECTIVE_ROUTE_CONTEXT_KEY,
         _FASTAPI_INCLUDED_ROUTER_KEY,
         _FASTAPI_SCOPE_KEY,
+        _apply_router_form_limits,
+        _EffectiveRouteContext,
         _IncludedRouter,
+        _update_scope,
     )
+    from fastapi.telemetry._api import _route_selected
 except ImportError:  # pragma: no cover - another FastAPI version
     _PREFIXED = False
 else:
@@ -91,19 +96,6 @@ class ParleyRouter(APIRouter):
                     return Match.NONE, {}
         return super().matches(scope)
 
-
-try:  # FastAPI 0.165's steps around a route's selection; without them, no index (FastAPI walks them all)
-    from fastapi.routing import (
-        _FASTAPI_EFFECTIVE_ROUTE_CONTEXT_KEY,
-        _apply_router_form_limits,
-        _EffectiveRouteContext,
-        _update_scope,
-    )
-    from fastapi.telemetry._api import _route_selected
-except ImportError:  # pragma: no cover - another FastAPI version
-    _INDEXABLE = False
-else:
-    _INDEXABLE = True
 
 _MISSING = object()
 _API_ROUTE_MATCHES = APIRoute.matches
@@ -301,5 +293,5 @@ def install_route_index(app: FastAPI) -> None:
     """Put a :class:`RouteIndex` in front of the app's router (unless FastAPI's internals differ, or the
     router has middleware of its own, which the index would bypass)."""
     router = app.router
-    if _INDEXABLE and _PREFIXED and router.middleware_stack == router.app:
+    if _PREFIXED and router.middleware_stack == router.app:
         router.middleware_stack = RouteIndex(router)
