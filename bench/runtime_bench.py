@@ -64,18 +64,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start(target: str, port: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start(
+    target: str, port: int, env: dict[str, str], log: Path, profile: str | None = None
+) -> subprocess.Popen[bytes]:
     cmd = [PYTHON, "-m", "uvicorn", target, "--factory", "--port", str(port), "--no-access-log"]
-    cmd += [
-        "--log-level",
-        "warning",
-        "--loop",
-        "uvloop",
-        "--http",
-        "httptools",
-        "--timeout-keep-alive",
-        "300",
-    ]
+    if profile is not None:  # the same options, under cProfile (bench/profiled_platform.py)
+        cmd = [PYTHON, str(ROOT / "bench" / "profiled_platform.py"), profile, str(port)]
+    else:
+        cmd += [
+            "--log-level",
+            "warning",
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--timeout-keep-alive",
+            "300",
+        ]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -150,7 +155,9 @@ async def engine_bench(connector: str, key: str, conversations: int) -> dict[str
     }
 
 
-async def sessions_bench(platform: str, connector: str, key: str, sessions: int) -> dict[str, float]:
+async def sessions_bench(
+    platform: str, connector: str, key: str, sessions: int, profiled: bool = False
+) -> dict[str, float]:
     import jwt
 
     now = int(time.time())
@@ -210,9 +217,12 @@ async def sessions_bench(platform: str, connector: str, key: str, sessions: int)
             if goodbye is not None and goodbye["outcome"] != "completed":
                 errors.append(f"not completed: {goodbye['outcome']}")
 
+        if profiled:
+            await client.post("/__profile/on")
         started = time.perf_counter()
         await asyncio.gather(*(conversation(i) for i in range(sessions)))
         wall = time.perf_counter() - started
+        statements = int((await client.post("/__profile/off")).text) if profiled else 0
         live = (await client.get("/api/monitoring/sessions/live")).json()["items"]
     for error in errors[:5]:
         print("  error:", error)
@@ -225,6 +235,7 @@ async def sessions_bench(platform: str, connector: str, key: str, sessions: int)
         "p50": pct(latencies, 50),
         "p99": pct(latencies, 99),
         "turns_per_s": len(latencies) / wall,
+        "statements": statements,
     }
 
 
@@ -253,6 +264,12 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=500, help="Concurrent sessions over HTTP.")
     parser.add_argument("--postgres", action="store_true", help="Run the platform on PostgreSQL.")
     parser.add_argument("--platform-src", help="Serve the platform from this source tree's src directory.")
+    parser.add_argument(
+        "--profile",
+        metavar="OUT",
+        help="Run the platform under cProfile during the burst, write the profile to OUT and print its "
+        "function calls and SQL statements per request (CPU figures are then the profiler's too).",
+    )
     args = parser.parse_args()
     pg_name: str | None = None
     if args.postgres:
@@ -294,7 +311,11 @@ def main() -> None:
             Path(tmp, "connector.log"),
         )
         platform = start(
-            "parley.app:create_app_from_env", platform_port, platform_env, Path(tmp, "platform.log")
+            "parley.app:create_app_from_env",
+            platform_port,
+            platform_env,
+            Path(tmp, "platform.log"),
+            profile=args.profile,
         )
         try:
             figures = asyncio.run(engine_bench(connector_url, key, args.turns))
@@ -303,15 +324,25 @@ def main() -> None:
                 f"p99 {figures['engine_p99']:.2f} ms, max {figures['engine_max']:.2f} ms; "
                 f"tool wait (connector on loopback) p50 {figures['tool_p50']:.2f} ms, p99 {figures['tool_p99']:.2f} ms"
             )
+            platform_url = f"http://127.0.0.1:{platform_port}"
             cpu_before = cpu_seconds(platform.pid)
             connector_before, client_before = cpu_seconds(connector.pid), time.process_time()
             result = asyncio.run(
-                sessions_bench(f"http://127.0.0.1:{platform_port}", connector_url, key, args.sessions)
+                sessions_bench(platform_url, connector_url, key, args.sessions, profiled=bool(args.profile))
             )
             requests = max(result["requests"], 1)
             cpu_ms = (cpu_seconds(platform.pid) - cpu_before) * 1000 / requests
             connector_ms = (cpu_seconds(connector.pid) - connector_before) * 1000 / requests
             client_ms = (time.process_time() - client_before) * 1000 / requests
+            if args.profile:
+                import pstats
+
+                calls = pstats.Stats(args.profile).total_calls  # type: ignore[attr-defined]
+                print(
+                    f"profile: {calls / requests:,.0f} function calls and "
+                    f"{result['statements'] / requests:.2f} SQL statements per request (event loop "
+                    f"thread, the burst only) in {args.profile}"
+                )
             print(
                 f"HTTP, {result['sessions']:.0f} concurrent sessions ({result['requests']:.0f} requests) on one "
                 f"worker, {'PostgreSQL' if pg_name else 'SQLite'}: {result['errors']:.0f} errors, {result['still_live']:.0f} left live, "

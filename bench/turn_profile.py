@@ -88,6 +88,30 @@ async def counted(name: str, request: Awaitable[T]) -> T:
         counter.disable()
 
 
+# SQL statements (at the cursor) and pool check-outs, counted for every request: figures the machine's
+# load does not move, to compare the sequential and the concurrent runs.
+DATABASE_WORK: collections.Counter[str] = collections.Counter()
+
+
+def count_database_work() -> None:
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+    from sqlalchemy.pool import Pool
+
+    def statement(*_args: Any) -> None:
+        DATABASE_WORK["statements"] += 1
+
+    def checkout(*_args: Any) -> None:
+        DATABASE_WORK["check-outs"] += 1
+
+    event.listen(Engine, "before_cursor_execute", statement)
+    event.listen(Pool, "checkout", checkout)
+
+
+def database_work(requests: int) -> str:
+    return ", ".join(f"{DATABASE_WORK[name] / requests:.2f} {name}" for name in ("statements", "check-outs"))
+
+
 def time_the_engine() -> None:
     """Count the CPU spent inside ``FlowEngine.start``/``handle`` (the engine, its tool calls' client
     side included) apart from the work around it, per step."""
@@ -140,7 +164,12 @@ async def conversation(app: Any, headers: list[tuple[bytes, bytes]], flow_id: st
 
 
 async def measure(
-    app: Any, token: str, connector_key: str, conversations: int, count_calls: bool = False
+    app: Any,
+    token: str,
+    connector_key: str,
+    conversations: int,
+    count_calls: bool = False,
+    concurrent: int = 1,
 ) -> None:
     import httpx
 
@@ -170,6 +199,10 @@ async def measure(
             await conversation(app, headers, flow["id"], i)
         STEP_CPU.clear()
         ENGINE_CPU.clear()
+        DATABASE_WORK.clear()
+        if concurrent > 1:
+            await measure_concurrent(app, headers, flow["id"], conversations, concurrent)
+            return
         if count_calls:
             CALL_COUNTERS.update((name, cProfile.Profile()) for name in STEPS)
         # Five slices: the fastest is the figure other processes on a shared machine disturbed least.
@@ -192,10 +225,29 @@ async def measure(
                 calls = pstats.Stats(CALL_COUNTERS[name]).total_calls  # type: ignore[attr-defined]
                 print(f"| {name} | {calls / (size * 5):,.0f} |")
         print(f"event loop thread: {loop_cpu / (size * 20) * 1e3:.2f} ms per request")
+        print(f"per request: {database_work(size * 20)}")
         print(
             f"{size * 5} conversations ({size * 20} requests): {sum(slices) / len(slices) * 1e3:.2f} ms CPU "
             f"per request (in process, sequential; fastest fifth {min(slices) * 1e3:.2f} ms)"
         )
+
+
+async def measure_concurrent(
+    app: Any, headers: list[tuple[bytes, bytes]], flow_id: str, conversations: int, concurrent: int
+) -> None:
+    """``concurrent`` conversations at a time, as the burst runs them but without HTTP: the CPU per
+    request against the sequential figure shows what the concurrency itself costs."""
+    slices: list[float] = []
+    for _ in range(5):
+        started = time.process_time()
+        await asyncio.gather(*(conversation(app, headers, flow_id, i) for i in range(concurrent)))
+        slices.append((time.process_time() - started) / (concurrent * 4))
+    print(
+        f"{concurrent} conversations at once, 5 times ({concurrent * 20} requests): "
+        f"{sorted(slices)[2] * 1e3:.2f} ms CPU per request (median of the five; "
+        + ", ".join(f"{s * 1e3:.2f}" for s in slices)
+        + f"); per request: {database_work(concurrent * 20)}"
+    )
 
 
 def main() -> None:
@@ -204,6 +256,13 @@ def main() -> None:
     parser.add_argument("--postgresql", action="store_true", help="a fresh database on 127.0.0.1:5432")
     parser.add_argument(
         "--count-calls", action="store_true", help="count each request's function calls (slower CPU figures)"
+    )
+    parser.add_argument(
+        "--concurrent",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N conversations at once (five rounds) and print only the CPU per request",
     )
     parser.add_argument("--shares", metavar="RAW", help="print the shares of a py-spy raw profile instead")
     args = parser.parse_args()
@@ -232,13 +291,24 @@ def main() -> None:
                 f"{tmp}/platform",
                 postgresql=args.postgresql,
                 PARLEY_CONNECTOR_URL=f"http://127.0.0.1:{connector_port}",
+                # As bench/runtime_bench.py serves the platform (--concurrent needs the pool).
+                PARLEY_DB_POOL_SIZE="64",
+                PARLEY_DB_POOL_TIMEOUT="300",
             ) as token:
                 from parley.app import create_app_from_env
 
                 time_the_engine()
+                count_database_work()
 
                 asyncio.run(
-                    measure(create_app_from_env(), token, connector_key, args.conversations, args.count_calls)
+                    measure(
+                        create_app_from_env(),
+                        token,
+                        connector_key,
+                        args.conversations,
+                        args.count_calls,
+                        args.concurrent,
+                    )
                 )
         finally:
             connector.kill()

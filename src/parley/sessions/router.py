@@ -90,7 +90,11 @@ async def _serialized(session_id: SessionId) -> AsyncIterator[TurnHold]:
     task.add_done_callback(_RUNNING.discard)
 
 
-async def _slot(request: Request, context: OrgWriter) -> AsyncIterator[None]:
+# Both take the handler's session (``DbSession``; a dependency is made once per request) before they
+# wait: the reader they give back then hands authentication's work (the audit event, a noted key use)
+# over to it, to commit with the turn. Without it, that work committed on its own transaction before
+# the turn ran: one more write per waiting turn, and an audit event kept for a turn that then failed.
+async def _slot(request: Request, _session: DbSession, context: OrgWriter) -> AsyncIterator[None]:
     if not locks.slot_free(request.app, context.organization_id):
         await release_reader(request)
     async with locks.turn_slot(request.app, context.organization_id):
@@ -98,7 +102,10 @@ async def _slot(request: Request, context: OrgWriter) -> AsyncIterator[None]:
 
 
 async def _with_slot(
-    request: Request, hold: Annotated[TurnHold, Depends(_serialized, scope="function")], context: OrgWriter
+    request: Request,
+    hold: Annotated[TurnHold, Depends(_serialized, scope="function")],
+    _session: DbSession,
+    context: OrgWriter,
 ) -> TurnHold:
     # The slot is the organization's, known once the caller is authenticated; the lock's stack owns it.
     # Waiting for it holds no pool connection (the running turns need them).
