@@ -91,7 +91,9 @@ def shares(raw_path: str) -> None:
 async def send_request(
     app: Any, path: str, headers: list[tuple[bytes, bytes]], method: str = "GET", body: Any = None
 ) -> tuple[int, bytes]:
-    """One request as a raw ASGI call (``body``: sent as JSON); its status and response body."""
+    """One request as a raw ASGI call (``path`` may carry a query string; ``body``: sent as JSON); its
+    status and response body."""
+    path, _, query = path.partition("?")
     payload = b"" if body is None else json.dumps(body).encode()
     if body is not None:
         headers = [
@@ -107,7 +109,7 @@ async def send_request(
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
-        "query_string": b"",
+        "query_string": query.encode(),
         "root_path": "",
         "headers": headers,
         "client": ("127.0.0.1", 40000),

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, select
 
 from parley.brain.models import BrainSignal
 from parley.calls.analysis import canonical
@@ -32,31 +32,56 @@ class CallFilters:
     # (field, canonical text) pairs from ``analysis.<field>=<value>`` query parameters, all must match
     analysis: tuple[tuple[str, str], ...] = ()
 
-    def apply(self, stmt: Select[Any], organization_id: str) -> Select[Any]:
+    def shape(self) -> tuple[Any, ...]:
+        """Which filters are set (and ``has_signal``'s value, which the SQL spells out): requests of one
+        shape share one statement, their values bound (``values``)."""
+        return (
+            self.since is not None,
+            self.until is not None,
+            self.flow_id is not None,
+            self.channel is not None,
+            self.outcome is not None,
+            self.direction is not None,
+            self.caller is not None,
+            self.has_signal,
+            self.signal_type is not None,
+            tuple(name for name, _ in self.analysis),
+        )
+
+    def apply(self, stmt: Select[Any]) -> Select[Any]:
+        """``stmt`` (a select from the calls table) narrowed by the set filters, each compared with a bound
+        parameter named as in ``values`` (so the statement can be built once per ``shape``)."""
+        calls = Call.__table__.c
         if self.since is not None:
-            stmt = stmt.where(Call.started_at >= self.since)
+            stmt = stmt.where(calls.started_at >= bindparam("since"))
         if self.until is not None:
-            stmt = stmt.where(Call.started_at < self.until)
-        if self.flow_id is not None:
-            stmt = stmt.where(Call.flow_id == self.flow_id)
-        if self.channel is not None:
-            stmt = stmt.where(Call.channel == self.channel)
-        if self.outcome is not None:
-            stmt = stmt.where(Call.outcome == self.outcome)
-        if self.direction is not None:
-            stmt = stmt.where(Call.direction == self.direction)
-        if self.caller is not None:
-            stmt = stmt.where(Call.caller == self.caller)
+            stmt = stmt.where(calls.started_at < bindparam("until"))
+        for name in ("flow_id", "channel", "outcome", "direction", "caller"):
+            if getattr(self, name) is not None:
+                stmt = stmt.where(calls[name] == bindparam(name))
         if self.has_signal is not None:
-            stmt = stmt.where(Call.has_signals.is_(self.has_signal))
+            stmt = stmt.where(calls.has_signals.is_(self.has_signal))
         if self.signal_type is not None:
-            with_type = select(BrainSignal.call_id).where(
-                BrainSignal.organization_id == organization_id, BrainSignal.type == self.signal_type
+            signals = BrainSignal.__table__.c
+            with_type = select(signals.call_id).where(
+                signals.organization_id == bindparam("organization_id"),
+                signals.type == bindparam("signal_type"),
             )
-            stmt = stmt.where(Call.id.in_(with_type))
-        for name, value in self.analysis:
-            stmt = stmt.where(Call.extracted_index[name].as_string() == value)
+            stmt = stmt.where(calls.id.in_(with_type))
+        for index, (name, _) in enumerate(self.analysis):
+            stmt = stmt.where(calls.extracted_index[name].as_string() == bindparam(f"analysis_{index}"))
         return stmt
+
+    def values(self) -> dict[str, Any]:
+        """The bound values of the statement ``apply`` built."""
+        values: dict[str, Any] = {}
+        for name in ("since", "until", "flow_id", "channel", "outcome", "direction", "caller", "signal_type"):
+            value = getattr(self, name)
+            if value is not None:
+                values[name] = value
+        for index, (_, text) in enumerate(self.analysis):
+            values[f"analysis_{index}"] = text
+        return values
 
 
 ANALYSIS_PREFIX = "analysis."

@@ -6,12 +6,13 @@ import re
 import statistics
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 import orjson
 import structlog
 from pydantic_core import to_jsonable_python
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, DateTime, Select, bindparam, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 
@@ -32,10 +33,10 @@ from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
 from parley.config import Settings
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
-from parley.kit.db import after_commit, utcnow
+from parley.kit.db import UTCDateTime, after_commit, utcnow
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.jobs import JobQueue, enqueue_after_commit
-from parley.kit.pagination import PageParams, paginate_rows
+from parley.kit.pagination import PageParams, bound_keyset, keyset_values, page_of
 from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
 from parley.webhooks.service import publish_event
@@ -473,9 +474,44 @@ async def open_recording(
 
 
 # What a list item shows, and only that, in the response model's order: the transcript, tool calls,
-# metrics and variables (big JSON documents) are never read for a list.
+# metrics and variables (big JSON documents) are never read for a list. Table columns, not the ORM's
+# attributes: a select of them runs as a plain Core statement, without the ORM's per-statement work.
 _SUMMARY_FIELDS = tuple(CallSummaryOut.model_fields)
-_SUMMARY_COLUMNS = [getattr(Call, name) for name in _SUMMARY_FIELDS]
+
+
+def _summary_column(name: str) -> ColumnElement[Any]:
+    """A summary column as the list reads it: its times as the driver gives them (naive UTC on SQLite,
+    which orjson writes as UTC with ``OPT_NAIVE_UTC``), without ``UTCDateTime``'s per-value step."""
+    column: ColumnElement[Any] = Call.__table__.c[name]
+    if isinstance(column.type, UTCDateTime):
+        return type_coerce(column, DateTime(timezone=True)).label(name)
+    return column
+
+
+_SUMMARY_COLUMNS = [_summary_column(name) for name in _SUMMARY_FIELDS]
+_ID = _SUMMARY_FIELDS.index("id")
+
+# The list's statements by shape (which filters are set, whether a cursor is): built once, values bound
+# per request, so a request neither builds a statement nor works out its cache key. At most a few
+# thousand shapes; ones with analysis filters (any field names) are built per request instead.
+_LIST_STATEMENTS: dict[tuple[Any, ...], Select[Any]] = {}
+
+
+def _list_statement(filters: CallFilters, after: bool) -> Select[Any]:
+    shape = (filters.shape(), after)
+    statement = _LIST_STATEMENTS.get(shape)
+    if statement is None:
+        calls = Call.__table__.c
+        statement = bound_keyset(
+            filters.apply(
+                select(*_SUMMARY_COLUMNS).where(calls.organization_id == bindparam("organization_id"))
+            ),
+            calls.id,
+            after=after,
+        )
+        if not filters.analysis:
+            _LIST_STATEMENTS[shape] = statement
+    return statement
 
 
 async def list_calls(
@@ -489,11 +525,10 @@ async def list_calls(
     come, not validated into models first: orjson writes the same bytes as the response model would
     (UTC times with ``Z``; tests/calls/test_list.py compares them).
     """
-    stmt = filters.apply(
-        select(*_SUMMARY_COLUMNS).where(Call.organization_id == organization_id), organization_id
-    )
-    rows, cursor = await paginate_rows(session, stmt, Call.id, page)
+    values = {"organization_id": organization_id, **filters.values(), **keyset_values(page)}
+    result = await session.execute(_list_statement(filters, page.after_id is not None), values)
+    rows, cursor = page_of(result.all(), page, itemgetter(_ID))
     return orjson.dumps(
         {"items": [dict(zip(_SUMMARY_FIELDS, row, strict=True)) for row in rows], "next_cursor": cursor},
-        option=orjson.OPT_UTC_Z | orjson.OPT_NON_STR_KEYS,
+        option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS,
     )

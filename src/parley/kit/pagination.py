@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Depends, Query
 from pydantic import BaseModel
-from sqlalchemy import Row, Select
+from sqlalchemy import ColumnElement, Select, bindparam
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.sql.elements import KeyedColumnElement
 
 from parley.kit.errors import BadRequest
 
@@ -84,10 +86,29 @@ async def paginate(
     return _page(rows, id_column, params)
 
 
-async def paginate_rows(
-    session: AsyncSession, stmt: Select[Any], id_column: InstrumentedAttribute[str], params: PageParams
-) -> tuple[list[Row[Any]], str | None]:
-    """:func:`paginate` for a select of columns (``id_column`` among them): rows, not ORM objects, so a
-    list reads only what its items show."""
-    rows = list((await session.execute(_keyset(stmt, id_column, params))).all())
-    return _page(rows, id_column, params)
+def bound_keyset(stmt: Select[Any], id_column: KeyedColumnElement[str], *, after: bool) -> Select[Any]:
+    """:func:`paginate`'s order and limit with bound values (``keyset_values``), for a statement built
+    once and run for many pages (``after``: it continues from a cursor)."""
+    if after:
+        stmt = stmt.where(id_column < bindparam("after_id"))
+    limit: ColumnElement[int] = bindparam("page_limit")
+    return stmt.order_by(id_column.desc()).limit(limit)
+
+
+def keyset_values(params: PageParams) -> dict[str, Any]:
+    """The values :func:`bound_keyset`'s statement binds: one row more than the page shows, so that
+    whether there is a next page is known."""
+    values: dict[str, Any] = {"page_limit": params.limit + 1}
+    if params.after_id is not None:
+        values["after_id"] = params.after_id
+    return values
+
+
+def page_of(
+    rows: list[Any], params: PageParams, last_id: Callable[[Any], str]
+) -> tuple[list[Any], str | None]:
+    """The page's rows of a :func:`bound_keyset` result and the next cursor (``last_id``: a row's id)."""
+    if len(rows) > params.limit:
+        del rows[params.limit :]
+        return rows, encode_cursor(last_id(rows[-1]))
+    return rows, None
