@@ -13,15 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.sessions import locks
 from tests.sessions.conftest import Platform
-
-ECHO = {
-    "language": "en",
-    "start_node": "ask",
-    "nodes": [
-        {"id": "ask", "type": "collect", "variable": "said", "prompt": "Say something.", "next": "echo"},
-        {"id": "echo", "type": "say", "text": "Echo {{ said }}.", "next": "ask"},
-    ],
-}
+from tests.sessions.test_router import ECHO
 
 
 async def _audit(db_session: AsyncSession, path: str) -> list[dict[str, Any]]:
