@@ -87,7 +87,10 @@ class OrgScopedMixin:
 
 
 def _configure_sqlite(engine: AsyncEngine, busy_timeout: float) -> None:
-    # pysqlite's own transaction handling breaks SAVEPOINT; let SQLAlchemy emit BEGIN itself.
+    # pysqlite's own transaction handling breaks SAVEPOINT: BEGIN is sent by the dialect (kit/sqlite.py's
+    # OneHopDialect), DEFERRED or what the engine's execution option sqlite_begin asks for (the writers
+    # take the write lock up front with IMMEDIATE: a deferred transaction that upgrades to a writer
+    # under concurrency fails with SQLITE_BUSY instead of waiting).
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
@@ -97,13 +100,6 @@ def _configure_sqlite(engine: AsyncEngine, busy_timeout: float) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         cursor.close()
-
-    # Writing requests take the write lock up front (BEGIN IMMEDIATE): a deferred transaction that
-    # upgrades to a writer under concurrency fails with SQLITE_BUSY instead of waiting.
-    # BEGIN is sent by the dialect (kit/sqlite.py's OneHopDialect): DEFERRED, or what an engine's
-    # execution option sqlite_begin asks for (writers take the write lock up front with IMMEDIATE: a
-    # deferred transaction that upgrades to a writer under concurrency fails with SQLITE_BUSY instead
-    # of waiting).
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, cast
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.routing import APIRoute, APIRouter
@@ -266,24 +266,22 @@ def _match_in(included: _IncludedRouter, scope: Scope) -> tuple[Match, Scope, An
     bookkeeping per route: FastAPI names each route's context in the scope around asking the route,
     which only hands the question to that context (``APIRoute.matches``). Any other router (nested
     routers, mounts, a route class with its own matching) is matched by FastAPI's ``_match``."""
-    candidates = included.effective_candidates()
     partial: tuple[Scope, Any, Any] | None = None
-    for context in candidates:
+    for context in included.effective_candidates():
         route: Any = getattr(context, "original_route", None)
         if (
             type(context) is not _EffectiveRouteContext
             or getattr(type(route), "matches", None) is not _API_ROUTE_MATCHES
         ):
-            return included._match(scope)
-    for context in cast(list[_EffectiveRouteContext], candidates):
+            return included._match(scope)  # FastAPI's walk, from the start
         match, child_scope = context.matches(scope)
         if match == Match.NONE:
             continue
-        child_scope["route"] = context.original_route
+        child_scope["route"] = route
         if match == Match.FULL:
-            return match, child_scope, context.original_route, context
+            return match, child_scope, route, context
         if partial is None:
-            partial = (child_scope, context.original_route, context)
+            partial = (child_scope, route, context)
     if partial is not None:
         return Match.PARTIAL, *partial
     return Match.NONE, {}, None, None
