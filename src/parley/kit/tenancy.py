@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Row, Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.kit.db import read_first
 from parley.kit.errors import NotFound
 
 T = TypeVar("T")
@@ -74,10 +75,9 @@ async def read_owned(
         statement = _ROW_BY_ID[model] = select(table).where(
             table.c.organization_id == bindparam("organization_id"), table.c.id == bindparam("resource_id")
         )
-    result = await session.execute(
-        statement, {"organization_id": organization_id, "resource_id": resource_id}
+    row = await read_first(
+        session, statement, {"organization_id": organization_id, "resource_id": resource_id}
     )
-    row: Row[Any] | None = result.first()
     if row is None:
         raise NotFound(f"{what} {resource_id!r} was not found in this organization.")
     return row

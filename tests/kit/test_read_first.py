@@ -1,0 +1,118 @@
+"""A GET that only answers one row reads it without an ORM session (``kit.db.read_first``).
+
+Real parts: a migrated database (SQLite file or a fresh PostgreSQL database) with committed rows, the
+platform app on its own ``Database`` (not the tests' shared outer transaction, which the fast path must
+never read beside), requests through ASGI. What is checked: the answer is the row the API created, the
+request runs no ORM statement and checks out one connection, which is back in the pool when it ends,
+and another organization's id is still a 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from parley.app import create_app
+from parley.config import Settings
+from parley.kit.db import Database
+from tests import migrated, pg
+from tests.conftest import JWT_SECRET, auth
+from tests.organizations.test_router import ALICE, create_org
+
+
+@pytest.fixture(params=["sqlite", pg.ENGINE_NAME])
+def committed_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield migrated.sqlite_url(tmp_path / "parley.db")
+        return
+    name, url = migrated.postgres("parley_read_first")
+    try:
+        yield url
+    finally:
+        pg.drop_database(name)
+
+
+@pytest.fixture
+async def platform(tmp_path: Path, committed_url: str) -> AsyncIterator[tuple[httpx.AsyncClient, Database]]:
+    database = Database.from_url(committed_url, pool_size=4)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database_url=committed_url,
+        auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
+        log_json=False,
+    )
+    app = create_app(settings, database=database)
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://parley.test") as client:
+            yield client, database
+    finally:
+        await database.dispose()
+
+
+class Counts:
+    """ORM statements (any session) and pool check-outs of ``database`` while a block runs."""
+
+    def __init__(self, database: Database) -> None:
+        self.orm_statements = 0
+        self.checkouts = 0
+        self.pool = database.engine.sync_engine.pool
+
+    def _orm(self, _state: Any) -> None:
+        self.orm_statements += 1
+
+    def _checkout(self, *_args: Any) -> None:
+        self.checkouts += 1
+
+    def __enter__(self) -> Counts:
+        event.listen(Session, "do_orm_execute", self._orm)
+        event.listen(self.pool, "checkout", self._checkout)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        event.remove(Session, "do_orm_execute", self._orm)
+        event.remove(self.pool, "checkout", self._checkout)
+
+
+async def test_a_get_by_id_reads_its_row_without_a_session(
+    platform: tuple[httpx.AsyncClient, Database],
+) -> None:
+    client, database = platform
+    org = str((await create_org(client))["id"])
+    headers = auth(ALICE, org)
+    created = await client.post("/api/api-keys", json={"name": "reader", "scopes": ["read"]}, headers=headers)
+    assert created.status_code == 200, created.text
+    expected = {name: value for name, value in created.json().items() if name != "secret"}
+    path = f"/api/api-keys/{expected['id']}"
+    assert (await client.get(path, headers=headers)).status_code == 200  # the identity is cached now
+
+    with Counts(database) as counts:
+        response = await client.get(path, headers=headers)
+    assert response.status_code == 200, response.text
+    assert response.json() == expected
+    assert (counts.orm_statements, counts.checkouts) == (0, 1)
+    assert database.engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_another_organizations_id_is_still_not_found(
+    platform: tuple[httpx.AsyncClient, Database],
+) -> None:
+    client, _database = platform
+    mine = str((await create_org(client, name="Mine"))["id"])
+    theirs = str((await create_org(client, name="Theirs"))["id"])
+    created = await client.post(
+        "/api/api-keys", json={"name": "theirs", "scopes": ["read"]}, headers=auth(ALICE, theirs)
+    )
+    assert created.status_code == 200, created.text
+    key_id = created.json()["id"]
+    assert (await client.get(f"/api/api-keys/{key_id}", headers=auth(ALICE, theirs))).status_code == 200
+
+    response = await client.get(f"/api/api-keys/{key_id}", headers=auth(ALICE, mine))
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"
