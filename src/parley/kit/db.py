@@ -32,7 +32,7 @@ from sqlalchemy.util import await_, greenlet_spawn
 from parley.kit import postgres
 from parley.kit.pool import FairAsyncAdaptedQueuePool
 from parley.kit.sqlite import DRIVER_NAME as SQLITE_DRIVER
-from parley.kit.sqlite import connect_one_hop
+from parley.kit.sqlite import InlineReader, connect_one_hop
 
 if TYPE_CHECKING:
     from parley.config import Settings
@@ -221,17 +221,21 @@ class Database:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     write_sessionmaker: async_sessionmaker[AsyncSession]
+    # SQLite files: one-row reads of read-only requests on the event loop (see read_first)
+    inline_reader: InlineReader | None = None
 
     @classmethod
     def from_url(
         cls, url: str, *, pool_size: int = 20, pool_timeout: float = 10.0, timeouts: Timeouts | None = None
     ) -> Database:
         engine = create_engine(url, pool_size=pool_size, pool_timeout=pool_timeout, timeouts=timeouts)
-        writer = engine.execution_options(sqlite_begin="IMMEDIATE") if url.startswith("sqlite") else engine
+        sqlite = url.startswith("sqlite")
+        writer = engine.execution_options(sqlite_begin="IMMEDIATE") if sqlite else engine
         return cls(
             engine,
             async_sessionmaker(engine, expire_on_commit=False, autoflush=False),
             async_sessionmaker(writer, expire_on_commit=False, autoflush=False),
+            InlineReader.for_url(engine.url, engine.dialect) if sqlite else None,
         )
 
     @classmethod
@@ -250,6 +254,8 @@ class Database:
         )
 
     async def dispose(self) -> None:
+        if self.inline_reader is not None:
+            self.inline_reader.close()
         await self.engine.dispose()
 
 
@@ -589,6 +595,11 @@ async def read_first(
     bind = session.bind
     # A session bound to a connection (the tests' outer transaction) reads in it, never beside it.
     if unit is not None and not unit.write and isinstance(bind, AsyncEngine) and not session.in_transaction():
+        inline = unit.database.inline_reader
+        if inline is not None:
+            done, row = inline.first(statement, parameters)
+            if done:
+                return row  # type: ignore[no-any-return]
         return await greenlet_spawn(_first_row, bind.sync_engine, statement, parameters)
     result = await session.execute(statement, parameters)
     return result.first()

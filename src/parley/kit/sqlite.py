@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,7 @@ import aiosqlite
 from sqlalchemy import event
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
+from sqlalchemy.engine.result import result_tuple
 
 INLINE_BUDGET_S = 0.002  # a SELECT still running after this long goes on on the connection's thread
 BUDGET_CHECK_STEPS = 1000  # SQLite virtual-machine steps between two looks at the budget
@@ -427,3 +429,111 @@ class OneHopDialect(SQLiteDialect_aiosqlite):
 # ``sqlite+aiosqlite://`` URLs are served by this dialect (kit/db.py's create_engine names it).
 DRIVER_NAME = "sqlite+parley_onehop"
 registry.register("sqlite.parley_onehop", __name__, "OneHopDialect")
+
+
+MAX_PREPARED = 256
+
+
+class _Prepared:
+    """A Core ``SELECT`` compiled once for :class:`InlineReader`: its SQL, how to bind its parameters,
+    and how to turn a row's values into what SQLAlchemy's result would hold (the columns' types)."""
+
+    def __init__(self, statement: Any, dialect: Any) -> None:
+        compiled = statement.compile(dialect=dialect)
+        names: list[str] = list(compiled.positiontup or ())
+        binds = [compiled.binds[name] for name in names]
+        if any(bind.expanding for bind in binds):
+            raise ValueError("an IN list is expanded per call: not prepared once")
+        self.statement = statement  # kept alive: the cache is keyed by its id
+        self.sql: str = compiled.string
+        self.binds = [(bind.key, bind.type.dialect_impl(dialect).bind_processor(dialect)) for bind in binds]
+        columns = list(statement.selected_columns)
+        self.processors = [
+            column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
+        ]
+        self.make_row = result_tuple([column.key for column in columns])
+
+    def parameters(self, values: dict[str, Any]) -> list[Any]:
+        return [values[key] if process is None else process(values[key]) for key, process in self.binds]
+
+    def row(self, values: tuple[Any, ...]) -> Any:
+        return self.make_row(
+            [
+                value if process is None else process(value)
+                for process, value in zip(self.processors, values, strict=True)
+            ]
+        )
+
+
+class InlineReader:
+    """Reads of one row, outside any transaction, on the event loop's thread and a connection of its own.
+
+    For a read-only request that reads one row and nothing else (``kit.db.read_first``) a pooled
+    connection, SQLAlchemy's connection and execution context and the result cost ≈ 25 times the
+    read itself (docs/benchmarks.md). This connection is in autocommit mode: a ``SELECT`` is its own
+    read transaction, over when its rows are fetched. It never waits (busy time-out 0) and never runs
+    long (a progress handler stops it after :data:`INLINE_BUDGET_S`): a busy, locked or stopped read
+    answers ``None`` and the caller reads the usual way. The rows come out as SQLAlchemy's would, the
+    columns' types applied (dates, JSON, encrypted values). A connection is only ever used by one
+    thread at a time; a second thread that finds it in use reads the usual way.
+    """
+
+    def __init__(self, database: str, dialect: Any) -> None:
+        self.database = database
+        self.dialect = dialect
+        self._connection: sqlite3.Connection | None = None
+        self._prepared: dict[int, _Prepared | None] = {}
+        self._deadline = 0.0
+        self._in_use = threading.Lock()
+
+    @staticmethod
+    def for_url(url: Any, dialect: Any) -> InlineReader | None:
+        """A reader for a SQLite URL naming a file; None for an in-memory database (another connection
+        would see another database)."""
+        database = url.database
+        if not database or database == ":memory:" or "mode=memory" in str(url) or url.query.get("uri"):
+            return None
+        return InlineReader(database, dialect)
+
+    def _open(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.database, isolation_level=None, check_same_thread=False)
+        connection.execute("PRAGMA busy_timeout=0")
+        connection.set_progress_handler(self._past_budget, BUDGET_CHECK_STEPS)
+        self._connection = connection
+        return connection
+
+    def _past_budget(self) -> bool:
+        return time.perf_counter() > self._deadline
+
+    def _prepare(self, statement: Any) -> _Prepared | None:
+        key = id(statement)
+        if key not in self._prepared:
+            if len(self._prepared) >= MAX_PREPARED:  # statements are built once per shape: a few dozen
+                return None
+            try:
+                self._prepared[key] = _Prepared(statement, self.dialect)
+            except ValueError:
+                self._prepared[key] = None
+        return self._prepared[key]
+
+    def first(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, Any]:
+        """(True, the first row or None) when read here; (False, None) when the caller must read."""
+        prepared = self._prepare(statement)
+        if prepared is None or not self._in_use.acquire(blocking=False):
+            return False, None
+        try:
+            connection = self._connection or self._open()
+            self._deadline = time.perf_counter() + INLINE_BUDGET_S
+            rows = connection.execute(prepared.sql, prepared.parameters(parameters)).fetchall()
+        except sqlite3.OperationalError as error:
+            if _primary_code(error) in _GIVE_WAY:
+                return False, None
+            raise
+        finally:
+            self._in_use.release()
+        return True, (prepared.row(rows[0]) if rows else None)
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()

@@ -1,0 +1,173 @@
+"""``kit.sqlite.InlineReader``: one-row reads on the event loop, answered as SQLAlchemy answers them.
+
+Real parts: SQLite files, the platform's engine (``kit.db.create_engine``: its dialect, JSON
+serializer and types), a second ``sqlite3`` connection holding locks where a case needs one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    bindparam,
+    insert,
+    literal_column,
+    select,
+    text,
+)
+from sqlalchemy.engine import make_url
+
+from parley.kit.db import UTCDateTime, create_engine
+from parley.kit.sqlite import InlineReader
+
+metadata = MetaData()
+things = Table(
+    "things",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("organization_id", String(40), nullable=False),
+    Column("name", Text),
+    Column("count", Integer),
+    Column("enabled", Boolean),
+    Column("ratio", Float),
+    Column("config", JSON),
+    Column("created_at", UTCDateTime()),
+)
+BY_ID = select(things).where(
+    things.c.organization_id == bindparam("organization_id"), things.c.id == bindparam("resource_id")
+)
+ROWS = [
+    {
+        "id": "thg_1",
+        "organization_id": "org_a",
+        "name": "Werkstatt Süd",
+        "count": 3,
+        "enabled": True,
+        "ratio": 0.25,
+        "config": {"greeting": "Grüß Gott", "numbers": [1, 2.5, None], "nested": {"ok": False}},
+        "created_at": datetime(2026, 11, 29, 8, 30, 15, 123456, tzinfo=UTC),
+    },
+    {
+        "id": "thg_2",
+        "organization_id": "org_a",
+        "name": None,
+        "count": None,
+        "enabled": False,
+        "ratio": None,
+        "config": None,
+        "created_at": None,
+    },
+]
+
+
+@pytest.fixture
+async def database(tmp_path: Path) -> str:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'inline.db'}"
+    engine = create_engine(url)
+    async with engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+        await connection.execute(insert(things), ROWS)
+    await engine.dispose()
+    return url
+
+
+async def test_rows_are_what_sqlalchemy_reads(database: str) -> None:
+    engine = create_engine(database)
+    reader = InlineReader.for_url(engine.url, engine.dialect)
+    assert reader is not None
+    try:
+        for row in ROWS:
+            parameters = {"organization_id": row["organization_id"], "resource_id": row["id"]}
+            async with engine.connect() as connection:
+                expected = (await connection.execute(BY_ID, parameters)).first()
+            done, found = reader.first(BY_ID, parameters)
+            assert done and found is not None and expected is not None
+            assert tuple(found) == tuple(expected)
+            assert found._asdict() == expected._asdict() == row
+            assert type(found.created_at) is type(expected.created_at)
+        # Scoped by organization: another organization's id reads nothing.
+        assert reader.first(BY_ID, {"organization_id": "org_b", "resource_id": "thg_1"}) == (True, None)
+    finally:
+        reader.close()
+        await engine.dispose()
+
+
+def test_no_reader_for_an_in_memory_database() -> None:
+    engine_dialect = create_engine("sqlite+aiosqlite://").dialect
+    for url in (
+        "sqlite+aiosqlite://",
+        "sqlite+aiosqlite:///:memory:",
+        "sqlite+aiosqlite:///file:x?mode=memory&uri=true",
+    ):
+        assert InlineReader.for_url(make_url(url), engine_dialect) is None
+
+
+async def test_a_read_that_would_wait_for_a_lock_gives_way(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")  # not WAL: an exclusive lock keeps readers out
+    holder.execute("CREATE TABLE things (id TEXT PRIMARY KEY, organization_id TEXT)")
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    reader = InlineReader.for_url(engine.url, engine.dialect)
+    assert reader is not None
+    small = select(things.c.id).where(
+        things.c.organization_id == bindparam("organization_id"), things.c.id == bindparam("resource_id")
+    )
+    parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
+    try:
+        assert reader.first(small, parameters) == (True, None)
+        holder.execute("BEGIN EXCLUSIVE")
+        assert reader.first(small, parameters) == (False, None)  # busy: the caller reads the usual way
+        holder.execute("ROLLBACK")
+        assert reader.first(small, parameters) == (True, None)
+    finally:
+        reader.close()
+        holder.close()
+        await engine.dispose()
+
+
+async def test_a_read_past_its_budget_gives_way(database: str) -> None:
+    engine = create_engine(database)
+    reader = InlineReader.for_url(engine.url, engine.dialect)
+    assert reader is not None
+    # Counts to a hundred million before answering: far past the 2 ms budget on any machine.
+    endless = select(literal_column("n")).select_from(
+        text(
+            "(WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 100000000) "
+            "SELECT max(n) AS n FROM c)"
+        )
+    )
+    try:
+        assert reader.first(endless, {}) == (False, None)
+        # The connection is still good for the next read.
+        assert reader.first(BY_ID, {"organization_id": "org_a", "resource_id": "thg_2"})[0] is True
+    finally:
+        reader.close()
+        await engine.dispose()
+
+
+async def test_a_reader_in_use_elsewhere_gives_way(database: str) -> None:
+    engine = create_engine(database)
+    reader = InlineReader.for_url(engine.url, engine.dialect)
+    assert reader is not None
+    parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
+    try:
+        reader._in_use.acquire()  # another thread's read
+        assert reader.first(BY_ID, parameters) == (False, None)
+        reader._in_use.release()
+        assert reader.first(BY_ID, parameters)[0] is True
+    finally:
+        reader.close()
+        await engine.dispose()
