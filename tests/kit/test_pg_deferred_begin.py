@@ -64,12 +64,20 @@ def pg_url() -> Iterator[str]:
 
 class Statements:
     """What an engine sent, in order: asyncpg's transaction statements (its ``Transaction`` sends
-    ``BEGIN``, ``COMMIT`` and ``ROLLBACK``) and the first word of every statement SQLAlchemy ran."""
+    ``BEGIN``, ``COMMIT`` and ``ROLLBACK``), the first word of every statement SQLAlchemy ran and of
+    every one the pooled row reader (``kit.postgres.PooledReader``) ran straight on asyncpg."""
 
     def __init__(self, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[str] = []
         for method, word in (("start", "BEGIN"), ("commit", "COMMIT"), ("rollback", "ROLLBACK")):
             monkeypatch.setattr(Transaction, method, self._recording(getattr(Transaction, method), word))
+        fetch = asyncpg.Connection.fetch
+
+        async def fetched(connection: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+            self.sent.append(query.split()[0].upper())
+            return await fetch(connection, query, *args, **kwargs)
+
+        monkeypatch.setattr(asyncpg.Connection, "fetch", fetched)
 
         @event.listens_for(engine.sync_engine, "after_cursor_execute")
         def _statement(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:

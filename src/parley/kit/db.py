@@ -31,6 +31,7 @@ from sqlalchemy.util import await_, greenlet_spawn
 
 from parley.kit import postgres
 from parley.kit.pool import FairAsyncAdaptedQueuePool
+from parley.kit.postgres import PooledReader
 from parley.kit.sqlite import DRIVER_NAME as SQLITE_DRIVER
 from parley.kit.sqlite import InlineReader, connect_one_hop
 
@@ -221,8 +222,10 @@ class Database:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     write_sessionmaker: async_sessionmaker[AsyncSession]
-    # SQLite files: one-row reads of read-only requests on the event loop (see read_first)
+    # One-row reads of read-only requests around SQLAlchemy's connection (see read_first): SQLite
+    # files on the event loop, PostgreSQL straight on asyncpg.
     inline_reader: InlineReader | None = None
+    pooled_reader: PooledReader | None = None
 
     @classmethod
     def from_url(
@@ -236,6 +239,7 @@ class Database:
             async_sessionmaker(engine, expire_on_commit=False, autoflush=False),
             async_sessionmaker(writer, expire_on_commit=False, autoflush=False),
             InlineReader.for_url(engine.url, engine.dialect) if sqlite else None,
+            PooledReader(engine) if url.startswith("postgresql+asyncpg://") else None,
         )
 
     @classmethod
@@ -585,21 +589,27 @@ async def read_first(
     """The first row of a plain Core ``statement`` read through ``session``'s request.
 
     A read-only request whose session has not begun (its identity came from the cache) needs no ORM
-    session for one statement: the row is read on a pooled connection of the same engine in a single
-    greenlet hop, which costs about half of the session's begin, execute and close around the same
-    read (docs/benchmarks.md). The session stays unbegun, so the request ends without a transaction to
-    close. Anywhere else (a writer, a session already in a transaction or bound to one connection) the
-    statement runs in the session, inside its transaction, as before.
+    session, nor SQLAlchemy's connection, for one statement: the engine's row reader runs it on the
+    driver (SQLite: ``kit.sqlite.InlineReader`` on the event loop; PostgreSQL:
+    ``kit.postgres.PooledReader`` on asyncpg), with the columns' types applied as SQLAlchemy would. When
+    the reader gives way (a busy database, a read past its budget, a broken connection) the row is
+    read on a pooled connection of the same engine in one greenlet hop. The session stays unbegun, so
+    the request ends without a transaction to close. Anywhere else (a writer, a session already in a
+    transaction or bound to one connection) the statement runs in the session, inside its transaction.
     """
     unit: RequestUnit | None = session.info.get("request_unit")
     bind = session.bind
     # A session bound to a connection (the tests' outer transaction) reads in it, never beside it.
     if unit is not None and not unit.write and isinstance(bind, AsyncEngine) and not session.in_transaction():
-        inline = unit.database.inline_reader
-        if inline is not None:
-            done, row = inline.first(statement, parameters)
-            if done:
-                return row  # type: ignore[no-any-return]
+        database = unit.database
+        if database.inline_reader is not None:
+            done, row = database.inline_reader.first(statement, parameters)
+        elif database.pooled_reader is not None:
+            done, row = await database.pooled_reader.first(statement, parameters)
+        else:
+            done = False
+        if done:
+            return row  # type: ignore[no-any-return]
         return await greenlet_spawn(_first_row, bind.sync_engine, statement, parameters)
     result = await session.execute(statement, parameters)
     return result.first()

@@ -29,12 +29,15 @@ import re
 from typing import Any
 
 import asyncpg
+import structlog
 from sqlalchemy.dialects.postgresql.asyncpg import (
     AsyncAdapt_asyncpg_connection,
     AsyncAdapt_asyncpg_cursor,
     AsyncAdapt_asyncpg_dbapi,
 )
-from sqlalchemy.util import await_
+from sqlalchemy.util import await_, greenlet_spawn
+
+from parley.kit.prepared import PreparedReads
 
 # Isolation levels at which each statement takes its own snapshot (None: the server's default, which
 # the platform leaves at read committed).
@@ -117,3 +120,61 @@ class DeferredBeginDBAPI(AsyncAdapt_asyncpg_dbapi):
 def dbapi() -> DeferredBeginDBAPI:
     """The module to hand to ``create_async_engine(..., module=dbapi())`` for a PostgreSQL URL."""
     return DeferredBeginDBAPI(asyncpg)  # type: ignore[no-untyped-call]
+
+
+log = structlog.get_logger("parley.db")
+
+
+class PooledReader:
+    """Reads of one row, outside any transaction, straight on asyncpg with a connection of the pool.
+
+    For a read-only request that reads one row and nothing else (``kit.db.read_first``) SQLAlchemy's
+    connection, execution context and result around asyncpg cost several times the round trip's own
+    CPU (docs/benchmarks.md). The connection is checked out of and back into the engine's pool (so
+    the pool's size, waits, idle pings and recycling apply as to every other request); the statement,
+    compiled once by the engine's dialect, runs with asyncpg's ``fetch`` outside a transaction, as the
+    adapter runs a plain read with no transaction open (see above), and its values go through the
+    columns' types. A connection that breaks meanwhile (or whose read is cancelled halfway) is closed,
+    never reused, and the caller reads the usual way (which reconnects, or answers an outage as every
+    other statement does); an error the server reports for the statement is raised by the usual way.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self.pool = engine.sync_engine.pool
+        self._prepared = PreparedReads(engine.dialect)
+
+    async def first(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, Any]:
+        """(True, the first row or None) when read here; (False, None) when the caller must read."""
+        prepared = self._prepared.of(statement)
+        if prepared is None:
+            return False, None
+        fairy = await greenlet_spawn(self.pool.connect)  # may wait, connect or ping: in a greenlet
+        try:
+            adapted = fairy.dbapi_connection
+            if (
+                adapted is None
+                or adapted._transaction is not None
+                or adapted.isolation_level not in _PER_STATEMENT_SNAPSHOT
+            ):
+                return False, None
+            driver = adapted.driver_connection
+            if prepared.processors is None:  # the columns' type codes, as the adapter's description has them
+                described = await driver.prepare(prepared.sql)
+                prepared.describe([attribute.type.oid for attribute in described.get_attributes()])
+            records = await driver.fetch(prepared.sql, *prepared.parameters(parameters))
+        except asyncpg.PostgresError as error:
+            if driver.is_closed():  # the server ended the connection (a shutdown, a terminated backend)
+                fairy.invalidate(error)
+            return False, None  # the usual way runs it again and reports the error as it always does
+        except BaseException as error:
+            # Lost, broken or cancelled halfway through a statement: the connection's state is unknown,
+            # so it is closed (outside a greenlet SQLAlchemy terminates it without waiting), never reused.
+            fairy.invalidate(error)
+            if not isinstance(error, Exception):
+                raise  # a cancellation goes on
+            log.warning("row_reader_gave_way", error=type(error).__name__)
+            return False, None
+        finally:
+            if fairy.is_valid:
+                fairy.close()  # no transaction was opened: giving it back makes no round trip
+        return True, (prepared.row(records[0]) if records else None)

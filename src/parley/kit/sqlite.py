@@ -58,7 +58,8 @@ import aiosqlite
 from sqlalchemy import event
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
-from sqlalchemy.engine.result import result_tuple
+
+from parley.kit.prepared import PreparedReads
 
 INLINE_BUDGET_S = 0.002  # a SELECT still running after this long goes on on the connection's thread
 BUDGET_CHECK_STEPS = 1000  # SQLite virtual-machine steps between two looks at the budget
@@ -431,40 +432,6 @@ DRIVER_NAME = "sqlite+parley_onehop"
 registry.register("sqlite.parley_onehop", __name__, "OneHopDialect")
 
 
-MAX_PREPARED = 256
-
-
-class _Prepared:
-    """A Core ``SELECT`` compiled once for :class:`InlineReader`: its SQL, how to bind its parameters,
-    and how to turn a row's values into what SQLAlchemy's result would hold (the columns' types)."""
-
-    def __init__(self, statement: Any, dialect: Any) -> None:
-        compiled = statement.compile(dialect=dialect)
-        names: list[str] = list(compiled.positiontup or ())
-        binds = [compiled.binds[name] for name in names]
-        if any(bind.expanding for bind in binds):
-            raise ValueError("an IN list is expanded per call: not prepared once")
-        self.statement = statement  # kept alive: the cache is keyed by its id
-        self.sql: str = compiled.string
-        self.binds = [(bind.key, bind.type.dialect_impl(dialect).bind_processor(dialect)) for bind in binds]
-        columns = list(statement.selected_columns)
-        self.processors = [
-            column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
-        ]
-        self.make_row = result_tuple([column.key for column in columns])
-
-    def parameters(self, values: dict[str, Any]) -> list[Any]:
-        return [values[key] if process is None else process(values[key]) for key, process in self.binds]
-
-    def row(self, values: tuple[Any, ...]) -> Any:
-        return self.make_row(
-            [
-                value if process is None else process(value)
-                for process, value in zip(self.processors, values, strict=True)
-            ]
-        )
-
-
 class InlineReader:
     """Reads of one row, outside any transaction, on the event loop's thread and a connection of its own.
 
@@ -482,7 +449,7 @@ class InlineReader:
         self.database = database
         self.dialect = dialect
         self._connection: sqlite3.Connection | None = None
-        self._prepared: dict[int, _Prepared | None] = {}
+        self._prepared = PreparedReads(dialect)
         self._deadline = 0.0
         self._in_use = threading.Lock()
 
@@ -505,26 +472,17 @@ class InlineReader:
     def _past_budget(self) -> bool:
         return time.perf_counter() > self._deadline
 
-    def _prepare(self, statement: Any) -> _Prepared | None:
-        key = id(statement)
-        if key not in self._prepared:
-            if len(self._prepared) >= MAX_PREPARED:  # statements are built once per shape: a few dozen
-                return None
-            try:
-                self._prepared[key] = _Prepared(statement, self.dialect)
-            except ValueError:
-                self._prepared[key] = None
-        return self._prepared[key]
-
     def first(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, Any]:
         """(True, the first row or None) when read here; (False, None) when the caller must read."""
-        prepared = self._prepare(statement)
+        prepared = self._prepared.of(statement)
         if prepared is None or not self._in_use.acquire(blocking=False):
             return False, None
         try:
             connection = self._connection or self._open()
             self._deadline = time.perf_counter() + INLINE_BUDGET_S
             rows = connection.execute(prepared.sql, prepared.parameters(parameters)).fetchall()
+            if prepared.processors is None:
+                prepared.describe(None)  # sqlite3 reports no type codes
         except sqlite3.OperationalError as error:
             if _primary_code(error) in _GIVE_WAY:
                 return False, None

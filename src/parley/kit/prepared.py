@@ -1,0 +1,86 @@
+"""Core ``SELECT`` statements compiled once, for reads that go around SQLAlchemy's connection.
+
+A one-row read of a read-only request costs far more in SQLAlchemy's connection, execution context
+and result than in the database (docs/benchmarks.md). The engines' row readers (``kit.sqlite``'s
+inline reader, ``kit.postgres``'s pooled reader) run such a statement on the driver directly; this
+module gives them what SQLAlchemy would have done with it: the SQL its dialect compiles, the bound
+values in order through the parameters' types, and rows whose values went through the columns' types
+(dates, JSON, encrypted values), as ``Row`` objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine.result import result_tuple
+
+MAX_PREPARED = 256  # statements are built once per shape by their callers: a few dozen in all
+
+
+class PreparedRead:
+    """One statement compiled for one dialect."""
+
+    def __init__(self, statement: Any, dialect: Any) -> None:
+        compiled = statement.compile(dialect=dialect)
+        binds = [compiled.binds[name] for name in compiled.positiontup or ()]
+        if any(bind.expanding for bind in binds):
+            raise ValueError("an IN list is rendered per call: it cannot be compiled once")
+        self.statement = statement  # kept alive: PreparedReads is keyed by its id
+        self.sql: str = compiled.string
+        self.binds = [
+            (bind.key, bind.effective_value, bind.type.dialect_impl(dialect).bind_processor(dialect))
+            for bind in binds
+        ]
+        self.dialect = dialect
+        self.columns = list(statement.selected_columns)
+        self.make_row = result_tuple([column.key for column in self.columns])
+        # Built once the driver has told the columns' type codes (some types' conversions depend on it).
+        self.processors: list[Any] | None = None
+
+    def describe(self, type_codes: list[Any] | None) -> None:
+        """The columns' conversions, from the type codes the driver reports (``None``: it reports none,
+        as ``sqlite3`` does)."""
+        codes = type_codes or [None] * len(self.columns)
+        self.processors = [
+            column.type.dialect_impl(self.dialect).result_processor(self.dialect, code)
+            for column, code in zip(self.columns, codes, strict=True)
+        ]
+
+    def parameters(self, values: dict[str, Any]) -> list[Any]:
+        """The statement's bound values in order: the caller's by name, else the statement's own."""
+        bound = []
+        for key, default, process in self.binds:
+            value = values.get(key, default)
+            bound.append(value if process is None else process(value))
+        return bound
+
+    def row(self, values: Any) -> Any:
+        assert self.processors is not None, "describe() first"
+        return self.make_row(
+            [
+                value if process is None else process(value)
+                for process, value in zip(self.processors, values, strict=True)
+            ]
+        )
+
+
+class PreparedReads:
+    """The prepared form of each statement a reader is given, built at its first use."""
+
+    def __init__(self, dialect: Any) -> None:
+        self.dialect = dialect
+        self._prepared: dict[int, PreparedRead | None] = {}
+
+    def of(self, statement: Any) -> PreparedRead | None:
+        """The statement prepared, or None when it cannot be (the caller reads the usual way)."""
+        key = id(statement)
+        if key in self._prepared:
+            return self._prepared[key]
+        if len(self._prepared) >= MAX_PREPARED:
+            return None
+        try:
+            prepared: PreparedRead | None = PreparedRead(statement, self.dialect)
+        except ValueError:
+            prepared = None
+        self._prepared[key] = prepared
+        return prepared

@@ -1,0 +1,117 @@
+"""``kit.postgres.PooledReader``: one-row reads straight on asyncpg, answered as SQLAlchemy answers them.
+
+Real parts: a fresh database on the local PostgreSQL, the platform's engine (``kit.db.create_engine``:
+its pool, dialect, JSON codecs and types), the server ending a pooled connection's backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+from sqlalchemy import insert, literal_column, select, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from parley.kit import db as kit_db
+from parley.kit.db import create_engine
+from parley.kit.postgres import PooledReader
+from tests import pg
+from tests.kit.test_inline_reader import BY_ID, ROWS, metadata
+
+
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    name, url = pg.create_database("parley_pooled_reader")  # fails with CI=true when PostgreSQL is down
+    try:
+        yield url
+    finally:
+        pg.drop_database(name)
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(database_url, pool_size=2)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(metadata.create_all)
+            await connection.execute(insert(metadata.tables["things"]), ROWS)
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+async def test_rows_are_what_sqlalchemy_reads(engine: AsyncEngine) -> None:
+    reader = PooledReader(engine)
+    for row in ROWS:
+        parameters = {"organization_id": row["organization_id"], "resource_id": row["id"]}
+        async with engine.connect() as connection:
+            expected = (await connection.execute(BY_ID, parameters)).first()
+        done, found = await reader.first(BY_ID, parameters)
+        assert done and found is not None and expected is not None
+        assert found._asdict() == expected._asdict() == row
+    assert await reader.first(BY_ID, {"organization_id": "org_b", "resource_id": "thg_1"}) == (True, None)
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_connection_the_server_ended_is_replaced(
+    engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kit_db, "PING_AFTER_IDLE_S", 3600.0)  # the pool's idle ping must not find it first
+    reader = PooledReader(engine)
+    parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
+    assert (await reader.first(BY_ID, parameters))[0] is True  # the pool now holds that connection
+    admin = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:  # ends every other backend of this database: the pooled connection's too
+        ended = await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await admin.close()
+    assert ended == 1
+    # The reader's connection was ended: it is invalidated and the caller told to read the usual way.
+    assert await reader.first(BY_ID, parameters) == (False, None)
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    async with engine.connect() as connection:  # the usual way reads on
+        assert (await connection.execute(BY_ID, parameters)).first() is not None
+    assert (await reader.first(BY_ID, parameters))[0] is True
+
+
+async def test_an_error_of_the_statement_is_left_to_the_usual_way(engine: AsyncEngine) -> None:
+    reader = PooledReader(engine)
+    parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
+    async with engine.begin() as connection:
+        await connection.execute(text("ALTER TABLE things RENAME TO gone"))
+    assert await reader.first(BY_ID, parameters) == (False, None)
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    async with engine.begin() as connection:
+        await connection.execute(text("ALTER TABLE gone RENAME TO things"))
+    assert (await reader.first(BY_ID, parameters))[0] is True
+
+
+async def test_a_read_cancelled_halfway_leaves_no_busy_connection_in_the_pool(engine: AsyncEngine) -> None:
+    reader = PooledReader(engine)
+    slow = select(literal_column("1").label("n")).select_from(text("pg_sleep(30)"))
+    task = asyncio.create_task(reader.first(slow, {}))
+    for _ in range(200):  # until the statement is running on the server
+        await asyncio.sleep(0.05)
+        async with engine.connect() as connection:
+            running = (
+                await connection.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()"
+                    )
+                )
+            ).scalar_one()
+        if running:
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    # Every connection the pool hands out now is idle and usable.
+    parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
+    for _ in range(3):
+        assert (await reader.first(BY_ID, parameters))[0] is True
