@@ -10,6 +10,7 @@ On PostgreSQL the transaction begins with its first statement that is not a plai
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -256,6 +257,12 @@ class Database:
                 recycle=settings.db_pool_recycle,
             ),
         )
+
+    @functools.cached_property
+    def reads_beside_sessions(self) -> bool:
+        """True when the read sessions are bound to the engine: a read beside one sees what it sees.
+        Sessions bound to one connection (the tests' outer transaction) are read through, never beside."""
+        return self.sessionmaker.kw.get("bind") is self.engine
 
     async def dispose(self) -> None:
         if self.inline_reader is not None:
@@ -598,9 +605,12 @@ async def read_first(
     transaction or bound to one connection) the statement runs in the session, inside its transaction.
     """
     unit: RequestUnit | None = session.info.get("request_unit")
-    bind = session.bind
-    # A session bound to a connection (the tests' outer transaction) reads in it, never beside it.
-    if unit is not None and not unit.write and isinstance(bind, AsyncEngine) and not session.in_transaction():
+    if (
+        unit is not None
+        and not unit.write
+        and unit.database.reads_beside_sessions
+        and not session.in_transaction()
+    ):
         database = unit.database
         if database.inline_reader is not None:
             done, row = database.inline_reader.first(statement, parameters)
@@ -610,7 +620,7 @@ async def read_first(
             done = False
         if done:
             return row  # type: ignore[no-any-return]
-        return await greenlet_spawn(_first_row, bind.sync_engine, statement, parameters)
+        return await greenlet_spawn(_first_row, database.engine.sync_engine, statement, parameters)
     result = await session.execute(statement, parameters)
     return result.first()
 
