@@ -171,3 +171,23 @@ async def test_a_reader_in_use_elsewhere_gives_way(database: str) -> None:
     finally:
         reader.close()
         await engine.dispose()
+
+
+async def test_several_rows_in_order(database: str) -> None:
+    engine = create_engine(database)
+    reader = InlineReader.for_url(engine.url, engine.dialect)
+    assert reader is not None
+    listing = (
+        select(things)
+        .where(things.c.organization_id == bindparam("organization_id"))
+        .order_by(things.c.id.desc())
+    )
+    try:
+        async with engine.connect() as connection:
+            expected = (await connection.execute(listing, {"organization_id": "org_a"})).all()
+        done, rows = reader.rows(listing, {"organization_id": "org_a"})
+        assert done and [row._asdict() for row in rows] == [row._asdict() for row in expected] == ROWS[::-1]
+        assert reader.rows(listing, {"organization_id": "org_b"}) == (True, [])
+    finally:
+        reader.close()
+        await engine.dispose()

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
 import pytest
-from sqlalchemy import insert, literal_column, select, text
+from sqlalchemy import bindparam, insert, literal_column, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from parley.kit import db as kit_db
@@ -115,3 +115,18 @@ async def test_a_read_cancelled_halfway_leaves_no_busy_connection_in_the_pool(en
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
     for _ in range(3):
         assert (await reader.first(BY_ID, parameters))[0] is True
+
+
+async def test_several_rows_in_order(engine: AsyncEngine) -> None:
+    reader = PooledReader(engine)
+    things = metadata.tables["things"]
+    listing = (
+        select(things)
+        .where(things.c.organization_id == bindparam("organization_id"))
+        .order_by(things.c.id.desc())
+    )
+    async with engine.connect() as connection:
+        expected = (await connection.execute(listing, {"organization_id": "org_a"})).all()
+    done, rows = await reader.rows(listing, {"organization_id": "org_a"})
+    assert done and [row._asdict() for row in rows] == [row._asdict() for row in expected] == ROWS[::-1]
+    assert await reader.rows(listing, {"organization_id": "org_b"}) == (True, [])

@@ -585,21 +585,30 @@ def _hand_over_before_flush(session: Session, _context: Any, _instances: Any) ->
         unit.hand_over_to(session)
 
 
-def _first_row(engine: Engine, statement: Executable, parameters: dict[str, Any]) -> Row[Any] | None:
+def _all_rows(engine: Engine, statement: Executable, parameters: dict[str, Any]) -> list[Row[Any]]:
     with engine.connect() as connection:
-        return connection.execute(statement, parameters).first()
+        return list(connection.execute(statement, parameters).all())
 
 
 async def read_first(
     session: AsyncSession, statement: Executable, parameters: dict[str, Any]
 ) -> Row[Any] | None:
-    """The first row of a plain Core ``statement`` read through ``session``'s request.
+    """The first row of a plain Core ``statement`` read through ``session``'s request (see read_rows)."""
+    rows = await read_rows(session, statement, parameters)
+    return rows[0] if rows else None
+
+
+async def read_rows(
+    session: AsyncSession, statement: Executable, parameters: dict[str, Any]
+) -> list[Row[Any]]:
+    """The rows of a plain Core ``statement`` (built once, its values bound) read through ``session``'s
+    request.
 
     A read-only request whose session has not begun (its identity came from the cache) needs no ORM
-    session, nor SQLAlchemy's connection, for one statement: the engine's row reader runs it on the
+    session, nor SQLAlchemy's connection, for its statement: the engine's row reader runs it on the
     driver (SQLite: ``kit.sqlite.InlineReader`` on the event loop; PostgreSQL:
     ``kit.postgres.PooledReader`` on asyncpg), with the columns' types applied as SQLAlchemy would. When
-    the reader gives way (a busy database, a read past its budget, a broken connection) the row is
+    the reader gives way (a busy database, a read past its budget, a broken connection) the rows are
     read on a pooled connection of the same engine in one greenlet hop. The session stays unbegun, so
     the request ends without a transaction to close. Anywhere else (a writer, a session already in a
     transaction or bound to one connection) the statement runs in the session, inside its transaction.
@@ -613,16 +622,16 @@ async def read_first(
     ):
         database = unit.database
         if database.inline_reader is not None:
-            done, row = database.inline_reader.first(statement, parameters)
+            done, rows = database.inline_reader.rows(statement, parameters)
         elif database.pooled_reader is not None:
-            done, row = await database.pooled_reader.first(statement, parameters)
+            done, rows = await database.pooled_reader.rows(statement, parameters)
         else:
-            done = False
+            done, rows = False, []
         if done:
-            return row  # type: ignore[no-any-return]
-        return await greenlet_spawn(_first_row, database.engine.sync_engine, statement, parameters)
+            return rows
+        return await greenlet_spawn(_all_rows, database.engine.sync_engine, statement, parameters)
     result = await session.execute(statement, parameters)
-    return result.first()
+    return list(result.all())
 
 
 async def release_reader(request: Request) -> None:

@@ -145,9 +145,14 @@ class PooledReader:
 
     async def first(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, Any]:
         """(True, the first row or None) when read here; (False, None) when the caller must read."""
+        done, rows = await self.rows(statement, parameters)
+        return done, (rows[0] if rows else None)
+
+    async def rows(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, list[Any]]:
+        """(True, the rows) when read here; (False, []) when the caller must read."""
         prepared = self._prepared.of(statement)
         if prepared is None:
-            return False, None
+            return False, []
         fairy = await greenlet_spawn(self.pool.connect)  # may wait, connect or ping: in a greenlet
         try:
             adapted = fairy.dbapi_connection
@@ -156,7 +161,7 @@ class PooledReader:
                 or adapted._transaction is not None
                 or adapted.isolation_level not in _PER_STATEMENT_SNAPSHOT
             ):
-                return False, None
+                return False, []
             driver = adapted.driver_connection
             if prepared.processors is None:  # the columns' type codes, as the adapter's description has them
                 described = await driver.prepare(prepared.sql)
@@ -165,7 +170,7 @@ class PooledReader:
         except asyncpg.PostgresError as error:
             if driver.is_closed():  # the server ended the connection (a shutdown, a terminated backend)
                 fairy.invalidate(error)
-            return False, None  # the usual way runs it again and reports the error as it always does
+            return False, []  # the usual way runs it again and reports the error as it always does
         except BaseException as error:
             # Lost, broken or cancelled halfway through a statement: the connection's state is unknown,
             # so it is closed (outside a greenlet SQLAlchemy terminates it without waiting), never reused.
@@ -173,8 +178,8 @@ class PooledReader:
             if not isinstance(error, Exception):
                 raise  # a cancellation goes on
             log.warning("row_reader_gave_way", error=type(error).__name__)
-            return False, None
+            return False, []
         finally:
             if fairy.is_valid:
                 fairy.close()  # no transaction was opened: giving it back makes no round trip
-        return True, (prepared.row(records[0]) if records else None)
+        return True, [prepared.row(record) for record in records]

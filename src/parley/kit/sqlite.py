@@ -474,22 +474,27 @@ class InlineReader:
 
     def first(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, Any]:
         """(True, the first row or None) when read here; (False, None) when the caller must read."""
+        done, rows = self.rows(statement, parameters)
+        return done, (rows[0] if rows else None)
+
+    def rows(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, list[Any]]:
+        """(True, the rows) when read here; (False, []) when the caller must read."""
         prepared = self._prepared.of(statement)
         if prepared is None or not self._in_use.acquire(blocking=False):
-            return False, None
+            return False, []
         try:
             connection = self._connection or self._open()
             self._deadline = time.perf_counter() + INLINE_BUDGET_S
-            rows = connection.execute(prepared.sql, prepared.parameters(parameters)).fetchall()
+            values = connection.execute(prepared.sql, prepared.parameters(parameters)).fetchall()
             if prepared.processors is None:
                 prepared.describe(None)  # sqlite3 reports no type codes
         except sqlite3.OperationalError as error:
             if _primary_code(error) in _GIVE_WAY:
-                return False, None
+                return False, []
             raise
         finally:
             self._in_use.release()
-        return True, (prepared.row(rows[0]) if rows else None)
+        return True, [prepared.row(row) for row in values]
 
     def close(self) -> None:
         connection, self._connection = self._connection, None
