@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import exc, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from parley.kit.db import create_engine
 from parley.kit.pool import FairAsyncAdaptedQueuePool
@@ -60,3 +60,52 @@ async def test_a_wait_that_times_out_loses_no_connection(one_connection: AsyncEn
     async with engine.connect() as conn:  # the one connection is still there for the next request
         assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def _pooled_idle(engine: AsyncEngine) -> FairAsyncAdaptedQueuePool:
+    async with engine.connect() as conn:  # one connection made, used and given back
+        await conn.execute(text("SELECT 1"))
+    pool = engine.sync_engine.pool
+    assert isinstance(pool, FairAsyncAdaptedQueuePool) and pool.checkedin() == 1
+    return pool
+
+
+async def test_an_idle_connection_is_checked_out_at_once_outside_a_greenlet(
+    one_connection: AsyncEngine,
+) -> None:
+    pool = await _pooled_idle(one_connection)
+    # Called from plain async code: a check-out that had to await the driver would raise MissingGreenlet.
+    fairy = pool.connect_at_once(lambda _record: True)
+    assert fairy is not None and pool.checkedout() == 1
+    assert pool.connect_at_once(lambda _record: True) is None  # none idle now: the caller must wait
+    fairy.close()
+    assert pool.checkedin() == 1
+    assert pool.connect_at_once(lambda _record: False) is None  # a listener would need I/O for it
+
+
+async def test_recycled_or_invalidated_connections_are_left_to_the_greenlet(tmp_path: Path) -> None:
+    recycling = create_async_engine(
+        f"sqlite+aiosqlite:///{tmp_path / 'recycle.db'}", poolclass=FairAsyncAdaptedQueuePool, pool_recycle=0
+    )
+    try:
+        pool = await _pooled_idle(recycling)
+        await asyncio.sleep(0.01)  # older than its recycling age now
+        assert pool.connect_at_once(lambda _record: True) is None
+    finally:
+        await recycling.dispose()
+    engine = create_async_engine(
+        f"sqlite+aiosqlite:///{tmp_path / 'soft.db'}", poolclass=FairAsyncAdaptedQueuePool
+    )
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+            await conn.invalidate(exception=None)  # hard: the connection is closed with it
+        pool = engine.sync_engine.pool
+        assert pool.connect_at_once(lambda _record: True) is None
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+            raw = await conn.get_raw_connection()
+            raw.invalidate(soft=True)  # replaced at its next check-out
+        assert pool.connect_at_once(lambda _record: True) is None
+    finally:
+        await engine.dispose()

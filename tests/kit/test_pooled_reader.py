@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -15,6 +16,7 @@ from sqlalchemy import bindparam, insert, literal_column, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from parley.kit import db as kit_db
+from parley.kit import postgres as kit_postgres
 from parley.kit.db import create_engine
 from parley.kit.postgres import PooledReader
 from tests import pg
@@ -130,3 +132,27 @@ async def test_several_rows_in_order(engine: AsyncEngine) -> None:
     done, rows = await reader.rows(listing, {"organization_id": "org_a"})
     assert done and [row._asdict() for row in rows] == [row._asdict() for row in expected] == ROWS[::-1]
     assert await reader.rows(listing, {"organization_id": "org_b"}) == (True, [])
+
+
+async def test_a_connection_used_a_moment_ago_is_checked_out_without_a_greenlet(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader = PooledReader(engine, ready=kit_db.needs_no_ping)
+    parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
+    spawned: list[object] = []
+    spawn = kit_postgres.greenlet_spawn
+
+    async def counted(function: Any, *args: Any) -> Any:
+        spawned.append(function)
+        return await spawn(function, *args)
+
+    monkeypatch.setattr(kit_postgres, "greenlet_spawn", counted)
+    monkeypatch.setattr(kit_db, "PING_AFTER_IDLE_S", 3600.0)  # however loaded the machine: "a moment ago"
+    assert (await reader.first(BY_ID, parameters))[0] is True
+    spawned.clear()  # the connection has just been used and given back
+    assert (await reader.first(BY_ID, parameters))[0] is True
+    assert spawned == []
+    # One that sat idle past the idle ping's threshold is checked out in a greenlet (the ping awaits).
+    monkeypatch.setattr(kit_db, "PING_AFTER_IDLE_S", 0.0)
+    assert (await reader.first(BY_ID, parameters))[0] is True
+    assert len(spawned) == 1

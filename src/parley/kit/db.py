@@ -210,12 +210,18 @@ def _ping_idle_connections(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "checkout")
     def _ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        if time.monotonic() - record.info.get("idle_since", 0.0) < PING_AFTER_IDLE_S:
+        if needs_no_ping(record):
             return
         try:
             await_(dbapi_connection.driver_connection.fetchrow(";"))
         except Exception as error:  # any failure: this connection is gone, the pool makes another
             raise DisconnectionError(f"idle connection failed its ping: {type(error).__name__}") from error
+
+
+def needs_no_ping(record: Any) -> bool:
+    """True when a pooled connection was used too recently for the idle ping (see below) to run."""
+    idle_since: float = record.info.get("idle_since", 0.0)
+    return time.monotonic() - idle_since < PING_AFTER_IDLE_S
 
 
 @dataclass
@@ -240,7 +246,7 @@ class Database:
             async_sessionmaker(engine, expire_on_commit=False, autoflush=False),
             async_sessionmaker(writer, expire_on_commit=False, autoflush=False),
             InlineReader.for_url(engine.url, engine.dialect) if sqlite else None,
-            PooledReader(engine) if url.startswith("postgresql+asyncpg://") else None,
+            PooledReader(engine, ready=needs_no_ping) if url.startswith("postgresql+asyncpg://") else None,
         )
 
     @classmethod

@@ -16,10 +16,12 @@ size, overflow, time-out (``Empty`` after ``pool_timeout``, which the pool turns
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
-from typing import Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
-from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry
+from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, PoolProxiedConnection
 from sqlalchemy.util import await_
 from sqlalchemy.util.queue import Empty, Full, QueueCommon
 
@@ -57,6 +59,12 @@ class FairQueue(QueueCommon[T], Generic[T]):
     def put(self, item: T, block: bool = True, timeout: float | None = None) -> None:
         self.put_nowait(item)  # the pool never waits to give a connection back
 
+    def peek(self) -> T | None:
+        """The idle connection ``get_nowait`` would return now, or None."""
+        if not self._idle:
+            return None
+        return self._idle[-1] if self.use_lifo else self._idle[0]
+
     def get_nowait(self) -> T:
         if not self._idle:
             raise Empty()
@@ -86,3 +94,23 @@ class FairAsyncAdaptedQueuePool(AsyncAdaptedQueuePool):
     """SQLAlchemy's asyncio pool with :class:`FairQueue` (``create_async_engine(poolclass=...)``)."""
 
     _queue_class = FairQueue[ConnectionPoolEntry]
+
+    def connect_at_once(self, ready: Callable[[ConnectionPoolEntry], bool]) -> PoolProxiedConnection | None:
+        """An idle connection, checked out outside a greenlet, when that takes no wait and no I/O; else
+        None (check out with ``greenlet_spawn(pool.connect)``).
+
+        Only an idle connection SQLAlchemy would hand out as it is qualifies: open, not due for
+        recycling, not invalidated since it was made, and ``ready`` (the caller's checkout listeners,
+        such as an idle ping, need no I/O for it). A check-out that would wait for a connection, make
+        one or replace one awaits the driver, which only a greenlet may do.
+        """
+        queue: FairQueue[ConnectionPoolEntry] = self._pool  # type: ignore[assignment]
+        record: Any = queue.peek()
+        if record is None or record.dbapi_connection is None or not ready(record):
+            return None
+        made = record.starttime
+        if (0 <= self._recycle < time.time() - made) or self._invalidate_time > made:
+            return None
+        if record._soft_invalidate_time > made:
+            return None
+        return self.connect()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -139,8 +140,11 @@ class PooledReader:
     other statement does); an error the server reports for the statement is raised by the usual way.
     """
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, *, ready: Callable[[Any], bool] = lambda _record: False) -> None:
         self.pool = engine.sync_engine.pool
+        # ``ready(record)``: the engine's checkout listeners need no I/O for that idle connection
+        # (kit.db's idle ping); then it is checked out without a greenlet.
+        self.ready = ready
         self._prepared = PreparedReads(engine.dialect)
 
     async def first(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, Any]:
@@ -153,7 +157,10 @@ class PooledReader:
         prepared = self._prepared.of(statement)
         if prepared is None:
             return False, []
-        fairy = await greenlet_spawn(self.pool.connect)  # may wait, connect or ping: in a greenlet
+        at_once = getattr(self.pool, "connect_at_once", None)
+        fairy: Any = at_once(self.ready) if at_once is not None else None
+        if fairy is None:
+            fairy = await greenlet_spawn(self.pool.connect)  # may wait, connect or ping: in a greenlet
         try:
             adapted = fairy.dbapi_connection
             if (
