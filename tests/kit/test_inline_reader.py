@@ -6,9 +6,11 @@ serializer and types), a second ``sqlite3`` connection holding locks where a cas
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import (
@@ -72,6 +74,14 @@ ROWS = [
 ]
 
 
+def primed(reader: InlineReader, *statements: Any) -> InlineReader:
+    """A reader that has seen ``statements`` once: it prepares a statement at its second use (a
+    first one it leaves to SQLAlchemy)."""
+    for statement in statements:
+        assert reader.rows(statement, {}) == (False, [])
+    return reader
+
+
 @pytest.fixture
 async def database(tmp_path: Path) -> str:
     url = f"sqlite+aiosqlite:///{tmp_path / 'inline.db'}"
@@ -87,6 +97,7 @@ async def test_rows_are_what_sqlalchemy_reads(database: str) -> None:
     engine = create_engine(database)
     reader = InlineReader.for_url(engine.url, engine.dialect)
     assert reader is not None
+    primed(reader, BY_ID)
     try:
         for row in ROWS:
             parameters = {"organization_id": row["organization_id"], "resource_id": row["id"]}
@@ -126,6 +137,7 @@ async def test_a_read_that_would_wait_for_a_lock_gives_way(tmp_path: Path) -> No
         things.c.organization_id == bindparam("organization_id"), things.c.id == bindparam("resource_id")
     )
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
+    primed(reader, small)
     try:
         assert reader.first(small, parameters) == (True, None)
         holder.execute("BEGIN EXCLUSIVE")
@@ -149,6 +161,7 @@ async def test_a_read_past_its_budget_gives_way(database: str) -> None:
             "SELECT max(n) AS n FROM c)"
         )
     )
+    primed(reader, endless, BY_ID)
     try:
         assert reader.first(endless, {}) == (False, None)
         # The connection is still good for the next read.
@@ -163,6 +176,7 @@ async def test_a_reader_in_use_elsewhere_gives_way(database: str) -> None:
     reader = InlineReader.for_url(engine.url, engine.dialect)
     assert reader is not None
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
+    primed(reader, BY_ID)
     try:
         reader._in_use.acquire()  # another thread's read
         assert reader.first(BY_ID, parameters) == (False, None)
@@ -182,12 +196,30 @@ async def test_several_rows_in_order(database: str) -> None:
         .where(things.c.organization_id == bindparam("organization_id"))
         .order_by(things.c.id.desc())
     )
+    primed(reader, listing)
     try:
         async with engine.connect() as connection:
             expected = (await connection.execute(listing, {"organization_id": "org_a"})).all()
         done, rows = reader.rows(listing, {"organization_id": "org_a"})
         assert done and [row._asdict() for row in rows] == [row._asdict() for row in expected] == ROWS[::-1]
         assert reader.rows(listing, {"organization_id": "org_b"}) == (True, [])
+    finally:
+        reader.close()
+        await engine.dispose()
+
+
+async def test_one_off_statements_are_not_kept(database: str) -> None:
+    engine = create_engine(database)
+    reader = InlineReader.for_url(engine.url, engine.dialect)
+    assert reader is not None
+    try:
+        for _ in range(3):  # a statement built for one request, read twice, then dropped
+            one_off = select(things.c.id).where(things.c.id == bindparam("resource_id"))
+            assert reader.rows(one_off, {"resource_id": "thg_1"})[0] is False  # first use: SQLAlchemy's
+            assert reader.rows(one_off, {"resource_id": "thg_1"}) == (True, [("thg_1",)])
+            del one_off
+        gc.collect()
+        assert len(reader._prepared._prepared) == 0 and len(reader._prepared._seen) == 0
     finally:
         reader.close()
         await engine.dispose()

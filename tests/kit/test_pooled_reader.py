@@ -23,6 +23,14 @@ from tests import pg
 from tests.kit.test_inline_reader import BY_ID, ROWS, metadata
 
 
+async def primed(reader: PooledReader, *statements: Any) -> PooledReader:
+    """A reader that has seen ``statements`` once: it prepares a statement at its second use (a
+    first one it leaves to SQLAlchemy)."""
+    for statement in statements:
+        assert await reader.rows(statement, {}) == (False, [])
+    return reader
+
+
 @pytest.fixture
 def database_url() -> Iterator[str]:
     name, url = pg.create_database("parley_pooled_reader")  # fails with CI=true when PostgreSQL is down
@@ -45,7 +53,7 @@ async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
 
 
 async def test_rows_are_what_sqlalchemy_reads(engine: AsyncEngine) -> None:
-    reader = PooledReader(engine)
+    reader = await primed(PooledReader(engine), BY_ID)
     for row in ROWS:
         parameters = {"organization_id": row["organization_id"], "resource_id": row["id"]}
         async with engine.connect() as connection:
@@ -61,7 +69,7 @@ async def test_a_connection_the_server_ended_is_replaced(
     engine: AsyncEngine, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(kit_db, "PING_AFTER_IDLE_S", 3600.0)  # the pool's idle ping must not find it first
-    reader = PooledReader(engine)
+    reader = await primed(PooledReader(engine), BY_ID)
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
     assert (await reader.first(BY_ID, parameters))[0] is True  # the pool now holds that connection
     admin = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
@@ -82,7 +90,7 @@ async def test_a_connection_the_server_ended_is_replaced(
 
 
 async def test_an_error_of_the_statement_is_left_to_the_usual_way(engine: AsyncEngine) -> None:
-    reader = PooledReader(engine)
+    reader = await primed(PooledReader(engine), BY_ID)
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
     async with engine.begin() as connection:
         await connection.execute(text("ALTER TABLE things RENAME TO gone"))
@@ -94,8 +102,9 @@ async def test_an_error_of_the_statement_is_left_to_the_usual_way(engine: AsyncE
 
 
 async def test_a_read_cancelled_halfway_leaves_no_busy_connection_in_the_pool(engine: AsyncEngine) -> None:
-    reader = PooledReader(engine)
+    reader = await primed(PooledReader(engine), BY_ID)
     slow = select(literal_column("1").label("n")).select_from(text("pg_sleep(30)"))
+    await primed(reader, slow)
     task = asyncio.create_task(reader.first(slow, {}))
     for _ in range(200):  # until the statement is running on the server
         await asyncio.sleep(0.05)
@@ -120,13 +129,14 @@ async def test_a_read_cancelled_halfway_leaves_no_busy_connection_in_the_pool(en
 
 
 async def test_several_rows_in_order(engine: AsyncEngine) -> None:
-    reader = PooledReader(engine)
+    reader = await primed(PooledReader(engine), BY_ID)
     things = metadata.tables["things"]
     listing = (
         select(things)
         .where(things.c.organization_id == bindparam("organization_id"))
         .order_by(things.c.id.desc())
     )
+    await primed(reader, listing)
     async with engine.connect() as connection:
         expected = (await connection.execute(listing, {"organization_id": "org_a"})).all()
     done, rows = await reader.rows(listing, {"organization_id": "org_a"})
@@ -137,7 +147,7 @@ async def test_several_rows_in_order(engine: AsyncEngine) -> None:
 async def test_a_connection_used_a_moment_ago_is_checked_out_without_a_greenlet(
     engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reader = PooledReader(engine, ready=kit_db.needs_no_ping)
+    reader = await primed(PooledReader(engine, ready=kit_db.needs_no_ping), BY_ID)
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
     spawned: list[object] = []
     spawn = kit_postgres.greenlet_spawn

@@ -10,11 +10,12 @@ values in order through the parameters' types, and rows whose values went throug
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from sqlalchemy.engine.result import result_tuple
 
-MAX_PREPARED = 256  # statements are built once per shape by their callers: a few dozen in all
+MAX_PREPARED = 256  # hot statements are built once per shape by their callers: a few dozen in all
 
 
 class PreparedRead:
@@ -25,7 +26,6 @@ class PreparedRead:
         binds = [compiled.binds[name] for name in compiled.positiontup or ()]
         if any(bind.expanding for bind in binds):
             raise ValueError("an IN list is rendered per call: it cannot be compiled once")
-        self.statement = statement  # kept alive: PreparedReads is keyed by its id
         self.sql: str = compiled.string
         self.binds = [
             (bind.key, bind.effective_value, bind.type.dialect_impl(dialect).bind_processor(dialect))
@@ -65,22 +65,33 @@ class PreparedRead:
 
 
 class PreparedReads:
-    """The prepared form of each statement a reader is given, built at its first use."""
+    """The prepared form of each statement a reader is given more than once.
+
+    Callers build their hot statements once and bind values to them; a statement made for one request
+    (a rare filter, say) is left to SQLAlchemy, whose compiled cache serves it better than compiling
+    it here every time: a statement is prepared at its second use. Both maps hold statements weakly,
+    so one-off statements leave them when they are dropped.
+    """
 
     def __init__(self, dialect: Any) -> None:
         self.dialect = dialect
-        self._prepared: dict[int, PreparedRead | None] = {}
+        self._prepared: weakref.WeakKeyDictionary[Any, PreparedRead | None] = weakref.WeakKeyDictionary()
+        self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def of(self, statement: Any) -> PreparedRead | None:
-        """The statement prepared, or None when it cannot be (the caller reads the usual way)."""
-        key = id(statement)
-        if key in self._prepared:
-            return self._prepared[key]
+        """The statement prepared, or None when it is not (yet): the caller reads the usual way."""
+        try:
+            return self._prepared[statement]
+        except KeyError:
+            pass
+        if statement not in self._seen:
+            self._seen.add(statement)
+            return None
         if len(self._prepared) >= MAX_PREPARED:
             return None
         try:
             prepared: PreparedRead | None = PreparedRead(statement, self.dialect)
         except ValueError:
             prepared = None
-        self._prepared[key] = prepared
+        self._prepared[statement] = prepared
         return prepared
