@@ -121,6 +121,41 @@ async def client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+@pytest.fixture(params=["sqlite", pg.ENGINE_NAME])
+def committed_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A freshly migrated database of the test's own, whose writes commit (no outer transaction)."""
+    if request.param == "sqlite":
+        yield migrated.sqlite_url(tmp_path / "parley.db")
+        return
+    name, url = migrated.postgres("parley_committed")
+    try:
+        yield url
+    finally:
+        pg.drop_database(name)
+
+
+@pytest.fixture
+async def committed_platform(
+    tmp_path: Path, committed_url: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, Database]]:
+    """The app on ``committed_url`` as ``parley serve`` runs it (its own ``Database``: row readers
+    included), and a client for it."""
+    database = Database.from_url(committed_url, pool_size=4)
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database_url=committed_url,
+        auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
+        log_json=False,
+    )
+    app = create_app(settings, database=database)
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://parley.test") as client:
+            yield client, database
+    finally:
+        await database.dispose()
+
+
 TokenFactory = Callable[..., str]
 
 

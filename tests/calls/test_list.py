@@ -10,13 +10,14 @@ from sqlalchemy import select
 
 from parley.calls.models import Call
 from parley.calls.schemas import CallSummaryOut
-from parley.calls.service import store_analysis
+from parley.calls.service import record_call, store_analysis
 from parley.kit.db import Database
 from parley.kit.pagination import Page, encode_cursor
 from parley.kit.responses import JSONBytesResponse
 from tests.calls.conftest import Recorder
-from tests.calls.helpers import START, flow_signal
+from tests.calls.helpers import START, flow_signal, make_record
 from tests.conftest import auth
+from tests.kit.test_read_first import Counts
 from tests.organizations.test_router import ALICE, BOB, create_org
 
 
@@ -174,3 +175,33 @@ async def test_every_filter_and_cursor_finds_the_calls_it_names(
         assert expected, params  # every case finds something, so a wrong match cannot hide
         assert await walk(params) == [c.id for c in reversed(expected)], params
     assert await walk({"caller": "+4930333"}) == []
+
+
+async def test_the_list_read_beside_the_session_answers_the_same_bytes(
+    committed_platform: tuple[httpx.AsyncClient, Database],
+) -> None:
+    """On a database of its own (not the tests' outer transaction) a GET of the list reads its rows
+    through the engine's row reader (kit.db.read_rows) from its second request on: the same bytes."""
+    client, database = committed_platform
+    org = str((await create_org(client))["id"])
+    for minutes, outcome in ((0, "completed"), (3, "abandoned"), (7, "transferred")):
+        async with database.sessionmaker() as session:
+            await record_call(
+                session,
+                make_record(
+                    org,
+                    started_at=START + timedelta(minutes=minutes, microseconds=minutes * 1001),
+                    outcome=outcome,
+                ),
+            )
+            await session.commit()
+    expected = await _as_the_model_renders(database, org, 2)
+    answers, orm_statements = [], []
+    for _ in range(3):  # the first request leaves the statement to SQLAlchemy, the next ones do not
+        with Counts(database) as counts:
+            response = await client.get("/api/calls?limit=2", headers=auth(ALICE, org))
+        assert response.status_code == 200, response.text
+        answers.append(response.content)
+        orm_statements.append(counts.orm_statements)
+    assert answers == [expected] * 3
+    assert orm_statements[1:] == [0, 0]

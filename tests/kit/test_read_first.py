@@ -10,51 +10,15 @@ reader has its own), which is back in the pool when it ends, and another organiz
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from parley.app import create_app
-from parley.config import Settings
 from parley.kit.db import Database
-from tests import migrated, pg
-from tests.conftest import JWT_SECRET, auth
+from tests.conftest import auth
 from tests.organizations.test_router import ALICE, create_org
-
-
-@pytest.fixture(params=["sqlite", pg.ENGINE_NAME])
-def committed_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield migrated.sqlite_url(tmp_path / "parley.db")
-        return
-    name, url = migrated.postgres("parley_read_first")
-    try:
-        yield url
-    finally:
-        pg.drop_database(name)
-
-
-@pytest.fixture
-async def platform(tmp_path: Path, committed_url: str) -> AsyncIterator[tuple[httpx.AsyncClient, Database]]:
-    database = Database.from_url(committed_url, pool_size=4)
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        database_url=committed_url,
-        auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
-        log_json=False,
-    )
-    app = create_app(settings, database=database)
-    try:
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://parley.test") as client:
-            yield client, database
-    finally:
-        await database.dispose()
 
 
 class Counts:
@@ -82,9 +46,9 @@ class Counts:
 
 
 async def test_a_get_by_id_reads_its_row_without_a_session(
-    platform: tuple[httpx.AsyncClient, Database],
+    committed_platform: tuple[httpx.AsyncClient, Database],
 ) -> None:
-    client, database = platform
+    client, database = committed_platform
     org = str((await create_org(client))["id"])
     headers = auth(ALICE, org)
     created = await client.post("/api/api-keys", json={"name": "reader", "scopes": ["read"]}, headers=headers)
@@ -105,9 +69,9 @@ async def test_a_get_by_id_reads_its_row_without_a_session(
 
 
 async def test_another_organizations_id_is_still_not_found(
-    platform: tuple[httpx.AsyncClient, Database],
+    committed_platform: tuple[httpx.AsyncClient, Database],
 ) -> None:
-    client, _database = platform
+    client, _database = committed_platform
     mine = str((await create_org(client, name="Mine"))["id"])
     theirs = str((await create_org(client, name="Theirs"))["id"])
     created = await client.post(

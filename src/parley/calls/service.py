@@ -33,7 +33,7 @@ from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
 from parley.config import Settings
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
-from parley.kit.db import UTCDateTime, after_commit, utcnow
+from parley.kit.db import UTCDateTime, after_commit, read_rows, utcnow
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.pagination import PageParams, bound_keyset, keyset_values, page_of
@@ -526,8 +526,8 @@ async def list_calls(
     (UTC times with ``Z``; tests/calls/test_list.py compares them).
     """
     values = {"organization_id": organization_id, **filters.values(), **keyset_values(page)}
-    result = await session.execute(_list_statement(filters, page.after_id is not None), values)
-    rows, cursor = page_of(result.all(), page, itemgetter(_ID))
+    found = await read_rows(session, _list_statement(filters, page.after_id is not None), values)
+    rows, cursor = page_of(found, page, itemgetter(_ID))
     return orjson.dumps(
         {"items": [dict(zip(_SUMMARY_FIELDS, row, strict=True)) for row in rows], "next_cursor": cursor},
         option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS,
