@@ -3,17 +3,22 @@ the response model would, and never another organization's calls."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import select, text
 
+from parley.calls.filters import CallFilters
 from parley.calls.models import Call
 from parley.calls.schemas import CallSummaryOut
-from parley.calls.service import record_call, store_analysis
+from parley.calls.service import _list_statement, record_call, store_analysis
 from parley.kit.db import Database
 from parley.kit.pagination import Page, encode_cursor
 from parley.kit.responses import JSONBytesResponse
+from tests import migrated
 from tests.calls.conftest import Recorder
 from tests.calls.helpers import START, flow_signal, make_record
 from tests.conftest import auth
@@ -158,6 +163,10 @@ async def test_every_filter_and_cursor_finds_the_calls_it_names(
         ({"signal_type": "vip_customer"}, [c for c in calls if "vip_customer" in c.signal_types]),
         ({"analysis.callback_requested": "true"}, [calls[4]]),
         (
+            {"outcome": "abandoned", "caller": "+4930111"},
+            [c for c in calls if c.outcome == "abandoned" and c.caller == "+4930111"],
+        ),
+        (
             {"since": at.isoformat(), "flow_id": "flow_01B", "outcome": "abandoned", "caller": "+4930111"},
             [c for c in calls if c.started_at >= at and c.flow_id == "flow_01B" and c.caller == "+4930111"],
         ),
@@ -205,3 +214,75 @@ async def test_the_list_read_beside_the_session_answers_the_same_bytes(
         orm_statements.append(counts.orm_statements)
     assert answers == [expected] * 3
     assert orm_statements[1:] == [0, 0]
+
+
+async def test_the_json_columns_are_written_as_the_response_model_would_whatever_text_holds_them(
+    client: httpx.AsyncClient, record: Recorder, database: Database
+) -> None:
+    """The list reads ``signal_types`` and ``extracted`` as the text the database holds: text another
+    writer spelled differently (the standard library's spaces and escapes) still gives the model's bytes."""
+    org = str((await create_org(client))["id"])
+    spelled = [
+        ('["callback", "vip_customer"]', '{"callback_requested": true, "name": "J\\u00fcrgen", "n": 1.50}'),
+        ('["callback","vip_customer"]', '{"callback_requested":true,"name":"Jürgen","n":1.5}'),
+        ("[]", "null"),
+        ("[ ]", None),
+    ]
+    async with database.sessionmaker() as session:
+        for index, (signal_types, extracted) in enumerate(spelled):
+            call = await record(org, started_at=START + timedelta(minutes=index))
+            await session.execute(
+                text("UPDATE calls SET signal_types = :s, extracted = :e WHERE id = :id"),
+                {"s": signal_types, "e": extracted, "id": call.id},
+            )
+        await session.commit()
+
+    response = await client.get("/api/calls", params={"limit": 50}, headers=auth(ALICE, org))
+    assert response.status_code == 200, response.text
+    assert response.content == await _as_the_model_renders(database, org, 50)
+    items = response.json()["items"]
+    assert [item["signal_types"] for item in items] == [[], [], ["callback", "vip_customer"]] * 1 + [
+        ["callback", "vip_customer"]
+    ]
+    assert b'"name":"J\xc3\xbcrgen","n":1.5}' in response.content
+
+
+def _plan(database: Database, filters: CallFilters, after: bool) -> tuple[str, tuple[Any, ...]]:
+    """SQLite's EXPLAIN QUERY PLAN of the list's statement for ``filters``, and its values in order."""
+    statement = _list_statement(filters, after).compile(dialect=database.engine.dialect)
+    values = {**statement.params, "organization_id": "org", "page_limit": 51, "after_id": "call_9"}
+    values.update(filters.values())
+    return "EXPLAIN QUERY PLAN " + str(statement), tuple(values[name] for name in statement.positiontup or ())
+
+
+async def test_the_outcome_filter_walks_its_index_and_a_caller_walks_the_callers(tmp_path: Path) -> None:
+    """SQLite, which has no statistics to choose by: the outcome filter walks (organization_id, outcome,
+    id), with or without a cursor; with a caller as well, the caller's index, which holds few calls.
+    (PostgreSQL's planner chooses by its statistics: nothing to pin there.)"""
+    database = Database.from_url(migrated.sqlite_url(tmp_path / "plans.db"))
+    none = CallFilters(
+        since=None,
+        until=None,
+        flow_id=None,
+        channel=None,
+        outcome=None,
+        caller=None,
+        has_signal=None,
+        signal_type=None,
+    )
+    cases = [
+        (replace(none, outcome="abandoned"), "ix_calls_organization_id_outcome_id"),
+        (replace(none, outcome="abandoned", channel="phone"), "ix_calls_organization_id_outcome_id"),
+        (replace(none, outcome="abandoned", caller="+4930111"), "ix_calls_organization_id_caller_id"),
+        (replace(none, caller="+4930111"), "ix_calls_organization_id_caller_id"),
+        (none, "ix_calls_organization_id_id"),
+    ]
+    async with database.sessionmaker() as session:
+        for filters, index in cases:
+            for after in (False, True):
+                statement, values = _plan(database, filters, after)
+                connection = await session.connection()
+                rows = (await connection.exec_driver_sql(statement, values)).all()
+                plan = " ".join(str(row[-1]) for row in rows)
+                assert f"INDEX {index} " in plan, (filters, after, plan)
+    await database.dispose()

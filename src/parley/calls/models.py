@@ -23,6 +23,8 @@ class Call(OrgScopedMixin, TimestampMixin, Base):
         # the list's order (newest first by id, keyset pages): walked, never sorted (migration 0016)
         Index("ix_calls_organization_id_id", "organization_id", "id"),
         Index("ix_calls_organization_id_caller_id", "organization_id", "caller", "id"),
+        # the outcome filter's walk: only the calls with that outcome (migration 0017)
+        Index("ix_calls_organization_id_outcome_id", "organization_id", "outcome", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)

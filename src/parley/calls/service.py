@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import structlog
 from pydantic_core import to_jsonable_python
-from sqlalchemy import ColumnElement, DateTime, Select, bindparam, select, type_coerce
+from sqlalchemy import JSON, ColumnElement, DateTime, Select, Text, bindparam, cast, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 
@@ -33,7 +33,7 @@ from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
 from parley.config import Settings
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
-from parley.kit.db import UTCDateTime, after_commit, read_rows, utcnow
+from parley.kit.db import UTCDateTime, after_commit, loads_json, read_rows, utcnow
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.pagination import PageParams, bound_keyset, keyset_values, page_of
@@ -481,15 +481,52 @@ _SUMMARY_FIELDS = tuple(CallSummaryOut.model_fields)
 
 def _summary_column(name: str) -> ColumnElement[Any]:
     """A summary column as the list reads it: its times as the driver gives them (naive UTC on SQLite,
-    which orjson writes as UTC with ``OPT_NAIVE_UTC``), without ``UTCDateTime``'s per-value step."""
+    which orjson writes as UTC with ``OPT_NAIVE_UTC``), without ``UTCDateTime``'s per-value step; its
+    JSON as the text the database holds (``_json_items`` reads it), without the JSON type's steps (on
+    PostgreSQL the driver would decode it before SQLAlchemy sees it: the cast makes it text)."""
     column: ColumnElement[Any] = Call.__table__.c[name]
     if isinstance(column.type, UTCDateTime):
         return type_coerce(column, DateTime(timezone=True)).label(name)
+    if isinstance(column.type, JSON):
+        return cast(column, Text).label(name)
     return column
 
 
 _SUMMARY_COLUMNS = [_summary_column(name) for name in _SUMMARY_FIELDS]
 _ID = _SUMMARY_FIELDS.index("id")
+_SIGNAL_TYPES = _SUMMARY_FIELDS.index("signal_types")
+_EXTRACTED = _SUMMARY_FIELDS.index("extracted")
+_LIST_JSON = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS
+
+# A call's signal types as the list writes them, by the text the column holds. Few distinct values (sorted
+# sets of the brain's signal types: most calls have none or one), so each is decoded and encoded once,
+# by the same functions as every other JSON column and the response, and then only looked up.
+_SIGNAL_TYPES_JSON: dict[str, orjson.Fragment] = {}
+_SIGNAL_TYPES_KEPT = 1024  # distinct values kept; past that the cache starts again
+
+
+def _signal_types_json(text: str) -> orjson.Fragment:
+    fragment = _SIGNAL_TYPES_JSON.get(text)
+    if fragment is None:
+        fragment = orjson.Fragment(orjson.dumps(loads_json(text), option=_LIST_JSON))
+        if len(_SIGNAL_TYPES_JSON) >= _SIGNAL_TYPES_KEPT:
+            _SIGNAL_TYPES_JSON.clear()
+        _SIGNAL_TYPES_JSON[text] = fragment
+    return fragment
+
+
+def _json_items(rows: list[Any]) -> list[dict[str, Any]]:
+    """The list's items: each row's columns by name, its JSON columns decoded (``extracted``, one per
+    analysed call) or looked up (``signal_types``)."""
+    items = []
+    for row in rows:
+        item = dict(zip(_SUMMARY_FIELDS, row, strict=True))
+        item["signal_types"] = _signal_types_json(row[_SIGNAL_TYPES])
+        if (extracted := row[_EXTRACTED]) is not None:
+            item["extracted"] = loads_json(extracted)
+        items.append(item)
+    return items
+
 
 # The list's statements by shape (which filters are set, whether a cursor is): built once, values bound
 # per request, so a request neither builds a statement nor works out its cache key. At most a few
@@ -528,7 +565,4 @@ async def list_calls(
     values = {"organization_id": organization_id, **filters.values(), **keyset_values(page)}
     found = await read_rows(session, _list_statement(filters, page.after_id is not None), values)
     rows, cursor = page_of(found, page, itemgetter(_ID))
-    return orjson.dumps(
-        {"items": [dict(zip(_SUMMARY_FIELDS, row, strict=True)) for row in rows], "next_cursor": cursor},
-        option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_NON_STR_KEYS,
-    )
+    return orjson.dumps({"items": _json_items(rows), "next_cursor": cursor}, option=_LIST_JSON)
