@@ -251,7 +251,7 @@ async def create_session(
     call events carry it. What it returns is for reading (as :func:`send_message`)."""
     async with short_read(session) as reader:
         opened, state, engine, llm = await _prepare(reader, session, settings, context, data)
-        redactor = privacy.redactor_of(await privacy.get_settings(reader, context.organization_id))
+        redactor = await privacy.redactor_for(reader, context.organization_id)
     opened.direction = direction
     result = await engine.start(state)
     await publish_call_started(
@@ -454,7 +454,7 @@ async def send_message(
     async with short_read(session) as reader:
         loaded = await _read_for_turn(reader, organization_id, session_id)
         state = _state(loaded)
-        redactor = privacy.redactor_of(await privacy.get_settings(reader, organization_id))
+        redactor = await privacy.redactor_for(reader, organization_id)
         try:
             definition = await _definition_of(reader, loaded)
         except (NotFound, Conflict) as exc:
