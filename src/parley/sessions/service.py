@@ -34,7 +34,7 @@ from parley.kit.jobs import JobQueue
 from parley.kit.redaction import Redactor
 from parley.kit.tenancy import get_owned, read_owned, scoped
 from parley.privacy import service as privacy
-from parley.providers.service import find_config
+from parley.providers.service import is_configured
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
 from parley.runtime.engine import FlowEngine, TextSink, TurnResult
 from parley.runtime.ports import CallControlPort
@@ -139,8 +139,8 @@ async def _engine(
     llm: PlatformLlm | None = None
     # Only flows that may talk to the model look for a provider; without one, knowledge nodes answer
     # from the hits and llm nodes say the fallback line.
-    if any(node.type in ("llm", "knowledge") for node in definition.nodes) and await find_config(
-        reader, context, "openai"
+    if any(node.type in ("llm", "knowledge") for node in definition.nodes) and await is_configured(
+        reader, organization_id, "openai"
     ):
         llm = PlatformLlm(session, settings, context)
     tools = PlatformTools(session, settings, organization_id)
