@@ -42,6 +42,7 @@ from parley.kit.jobs import JobContext, JobRunner
 from parley.kit.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of, settle_heap
 from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
+from parley.kit.orgcache import org_cache_of_database
 from parley.kit.outbound import close_kept_connections, outbound_policy
 from parley.kit.queue import queue_from_settings
 from parley.kit.ratelimit import limiter_from_settings
@@ -148,6 +149,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         app.state.db = database or Database.from_settings(settings)
         # Keys and memberships every request reads, invalidated on change (through Redis across processes).
         app.state.identity_cache = identity_cache_of(app.state.db)
+        # Per-organization configuration a turn reads (kit/orgcache.py): 1 s across processes with Redis.
+        app.state.org_cache = org_cache_of_database(app.state.db, distributed=bool(settings.redis_url))
         identity_bus = (
             IdentityBus.from_settings(app.state.identity_cache, settings) if settings.redis_url else None
         )
@@ -233,6 +236,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     if database is not None:
         app.state.db = database
         app.state.identity_cache = identity_cache_of(database)
+        app.state.org_cache = org_cache_of_database(database, distributed=bool(settings.redis_url))
         # A handed-in database may be one shared connection (the tests' rollback-per-test set-up):
         # jobs then run when drained, never beside a request on that connection.
         app.state.jobs = JobRunner(JobContext(db=database, state=app.state), workers=0)

@@ -26,6 +26,7 @@ from parley.calls.models import Call
 from parley.kit.blobs import BlobStore, BlobStoreError
 from parley.kit.db import after_commit, utcnow
 from parley.kit.errors import InvalidFields
+from parley.kit.orgcache import cached, watch
 from parley.kit.redaction import (
     DEFAULT_REPLACEMENTS,
     KINDS,
@@ -107,6 +108,10 @@ def holders() -> list[PersonalDataHolder]:
 # Read at every turn (the redactor): a statement built once. ``Session.get`` builds and keys a new one
 # each time it misses the identity map, which cost more than running it.
 _SETTINGS_OF = select(PrivacySettings).where(PrivacySettings.organization_id == bindparam("organization"))
+
+
+_REDACTOR = "privacy.redactor"
+watch(_REDACTOR, PrivacySettings)
 
 
 async def get_settings(session: AsyncSession, organization_id: str) -> PrivacySettings | None:
@@ -246,8 +251,15 @@ def redactor_of(row: PrivacySettings | None, *, force: bool = False) -> Redactor
 
 
 async def redactor_for(session: AsyncSession, organization_id: str) -> Redactor | None:
-    """What the runtime redacts with before it writes a turn or a call record (None: redaction off)."""
-    return redactor_of(await get_settings(session, organization_id))
+    """What the runtime redacts with before it writes a turn or a call record (None: redaction off).
+
+    Read at every turn and rarely changed: kept per organization in the process (kit/orgcache.py),
+    dropped once a change to the organization's settings commits. The redactor is shared read-only."""
+
+    async def load() -> Redactor | None:
+        return redactor_of(await get_settings(session, organization_id))
+
+    return await cached(session, _REDACTOR, organization_id, load)
 
 
 def redact_state(redactor: Redactor, state: dict[str, Any], *, ended: bool) -> dict[str, Any]:

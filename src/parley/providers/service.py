@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import SecretStr
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.auth.principal import OrgContext
@@ -14,6 +15,7 @@ from parley.kit.crypto import mask, row_secrets
 from parley.kit.db import short_read
 from parley.kit.errors import NotFound
 from parley.kit.ids import new_id
+from parley.kit.orgcache import cached, watch
 from parley.kit.tenancy import scoped
 from parley.providers.catalog import PROVIDERS, ProviderSettings, ProviderSpec
 from parley.providers.checks import CheckResult, run_check
@@ -59,6 +61,24 @@ async def find_config(session: AsyncSession, context: OrgContext, key: str) -> P
     return await session.scalar(
         scoped(ProviderConfig, context.organization_id).where(ProviderConfig.provider_key == key)
     )
+
+
+# Which providers an organization has configured (their keys, no secret): a turn asks whether it may
+# talk to the model. Kept per organization in the process, dropped when a configuration change commits.
+_CONFIGURED = "providers.configured"
+watch(_CONFIGURED, ProviderConfig)
+_CONFIGURED_KEYS = select(ProviderConfig.provider_key).where(
+    ProviderConfig.organization_id == bindparam("organization")
+)
+
+
+async def is_configured(session: AsyncSession, organization_id: str, key: str) -> bool:
+    """Whether the organization has a configuration for provider ``key`` (cached, kit/orgcache.py)."""
+
+    async def load() -> frozenset[str]:
+        return frozenset((await session.scalars(_CONFIGURED_KEYS, {"organization": organization_id})).all())
+
+    return key in await cached(session, _CONFIGURED, organization_id, load)
 
 
 async def get_config(session: AsyncSession, context: OrgContext, spec: ProviderSpec) -> ProviderConfig:

@@ -34,7 +34,7 @@ from parley.kit.jobs import JobQueue
 from parley.kit.redaction import Redactor
 from parley.kit.tenancy import get_owned, read_owned, scoped
 from parley.privacy import service as privacy
-from parley.providers.service import find_config
+from parley.providers.service import is_configured
 from parley.runtime.adapters import PlatformKnowledge, PlatformLlm, PlatformTools
 from parley.runtime.engine import FlowEngine, TextSink, TurnResult
 from parley.runtime.ports import CallControlPort
@@ -139,8 +139,8 @@ async def _engine(
     llm: PlatformLlm | None = None
     # Only flows that may talk to the model look for a provider; without one, knowledge nodes answer
     # from the hits and llm nodes say the fallback line.
-    if any(node.type in ("llm", "knowledge") for node in definition.nodes) and await find_config(
-        reader, context, "openai"
+    if any(node.type in ("llm", "knowledge") for node in definition.nodes) and await is_configured(
+        reader, organization_id, "openai"
     ):
         llm = PlatformLlm(session, settings, context)
     tools = PlatformTools(session, settings, organization_id)
@@ -251,7 +251,7 @@ async def create_session(
     call events carry it. What it returns is for reading (as :func:`send_message`)."""
     async with short_read(session) as reader:
         opened, state, engine, llm = await _prepare(reader, session, settings, context, data)
-        redactor = privacy.redactor_of(await privacy.get_settings(reader, context.organization_id))
+        redactor = await privacy.redactor_for(reader, context.organization_id)
     opened.direction = direction
     result = await engine.start(state)
     await publish_call_started(
@@ -454,7 +454,7 @@ async def send_message(
     async with short_read(session) as reader:
         loaded = await _read_for_turn(reader, organization_id, session_id)
         state = _state(loaded)
-        redactor = privacy.redactor_of(await privacy.get_settings(reader, organization_id))
+        redactor = await privacy.redactor_for(reader, organization_id)
         try:
             definition = await _definition_of(reader, loaded)
         except (NotFound, Conflict) as exc:
