@@ -247,14 +247,16 @@ async def measure_concurrent(
     interleave, so per request and not per step), to compare with the sequential count."""
     slices: list[float] = []
     counter = cProfile.Profile() if count_calls else None
+    loop_cpu = 0.0
     for _ in range(5):
-        started = time.process_time()
+        started, loop_started = time.process_time(), time.thread_time()
         if counter is not None:
             counter.enable()
         await asyncio.gather(*(conversation(app, headers, flow_id, i) for i in range(concurrent)))
         if counter is not None:
             counter.disable()
         slices.append((time.process_time() - started) / (concurrent * 4))
+        loop_cpu += time.thread_time() - loop_started
     if counter is not None:
         calls = pstats.Stats(counter).total_calls  # type: ignore[attr-defined]
         print(f"function calls per request: {calls / (concurrent * 20):,.0f}")
@@ -264,7 +266,8 @@ async def measure_concurrent(
         f"{concurrent} conversations at once, 5 times ({concurrent * 20} requests): "
         f"{sorted(slices)[2] * 1e3:.2f} ms CPU per request (median of the five; "
         + ", ".join(f"{s * 1e3:.2f}" for s in slices)
-        + f"); per request: {database_work(concurrent * 20)}"
+        + f"); per request: {database_work(concurrent * 20)}; "
+        + f"event loop thread: {loop_cpu / (concurrent * 20) * 1e3:.2f} ms per request"
     )
 
 
