@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import collections
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -169,7 +170,7 @@ async def measure(
     connector_key: str,
     conversations: int,
     count_calls: bool = False,
-    concurrent: int = 1,
+    concurrent: int = 0,
 ) -> None:
     import httpx
 
@@ -200,8 +201,8 @@ async def measure(
         STEP_CPU.clear()
         ENGINE_CPU.clear()
         DATABASE_WORK.clear()
-        if concurrent > 1:
-            await measure_concurrent(app, headers, flow["id"], conversations, concurrent)
+        if concurrent >= 1:
+            await measure_concurrent(app, headers, flow["id"], conversations, concurrent, count_calls)
             return
         if count_calls:
             CALL_COUNTERS.update((name, cProfile.Profile()) for name in STEPS)
@@ -233,20 +234,40 @@ async def measure(
 
 
 async def measure_concurrent(
-    app: Any, headers: list[tuple[bytes, bytes]], flow_id: str, conversations: int, concurrent: int
+    app: Any,
+    headers: list[tuple[bytes, bytes]],
+    flow_id: str,
+    conversations: int,
+    concurrent: int,
+    count_calls: bool = False,
 ) -> None:
     """``concurrent`` conversations at a time, as the burst runs them but without HTTP: the CPU per
-    request against the sequential figure shows what the concurrency itself costs."""
+    request against the sequential figure shows what the concurrency itself costs. With
+    ``count_calls`` one profiler counts every function call on the event loop's thread (the requests
+    interleave, so per request and not per step), to compare with the sequential count."""
     slices: list[float] = []
+    counter = cProfile.Profile() if count_calls else None
+    loop_cpu = 0.0
     for _ in range(5):
-        started = time.process_time()
+        started, loop_started = time.process_time(), time.thread_time()
+        if counter is not None:
+            counter.enable()
         await asyncio.gather(*(conversation(app, headers, flow_id, i) for i in range(concurrent)))
+        if counter is not None:
+            counter.disable()
         slices.append((time.process_time() - started) / (concurrent * 4))
+        loop_cpu += time.thread_time() - loop_started
+    if counter is not None:
+        calls = pstats.Stats(counter).total_calls  # type: ignore[attr-defined]
+        print(f"function calls per request: {calls / (concurrent * 20):,.0f}")
+        if os.environ.get("PROFILE_DUMP"):  # per-function counts, for comparing two runs
+            counter.dump_stats(os.environ["PROFILE_DUMP"])
     print(
         f"{concurrent} conversations at once, 5 times ({concurrent * 20} requests): "
         f"{sorted(slices)[2] * 1e3:.2f} ms CPU per request (median of the five; "
         + ", ".join(f"{s * 1e3:.2f}" for s in slices)
-        + f"); per request: {database_work(concurrent * 20)}"
+        + f"); per request: {database_work(concurrent * 20)}; "
+        + f"event loop thread: {loop_cpu / (concurrent * 20) * 1e3:.2f} ms per request"
     )
 
 
@@ -260,12 +281,18 @@ def main() -> None:
     parser.add_argument(
         "--concurrent",
         type=int,
-        default=1,
+        default=0,
         metavar="N",
-        help="run N conversations at once (five rounds) and print only the CPU per request",
+        help="run N conversations at once (five rounds) and print only the CPU per request "
+        "(1: one after another, the same measurement)",
     )
     parser.add_argument("--shares", metavar="RAW", help="print the shares of a py-spy raw profile instead")
+    parser.add_argument(
+        "--gc-off", action="store_true", help="disable the garbage collector (a switch for the burst's CPU)"
+    )
     args = parser.parse_args()
+    if args.gc_off:
+        gc.disable()
     if args.shares:
         shares(args.shares)
         return
