@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import sqlite3
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from parley.kit.db import UTCDateTime, create_engine
 from parley.kit.sqlite import InlineReader
@@ -93,26 +95,33 @@ async def database(tmp_path: Path) -> str:
     return url
 
 
-async def test_rows_are_what_sqlalchemy_reads(database: str) -> None:
+@pytest.fixture
+async def engine_and_reader(database: str) -> AsyncIterator[tuple[AsyncEngine, InlineReader]]:
+    """The platform's engine on ``database`` and an inline reader beside it, closed afterwards."""
     engine = create_engine(database)
     reader = InlineReader.for_url(engine.url, engine.dialect)
     assert reader is not None
-    primed(reader, BY_ID)
     try:
-        for row in ROWS:
-            parameters = {"organization_id": row["organization_id"], "resource_id": row["id"]}
-            async with engine.connect() as connection:
-                expected = (await connection.execute(BY_ID, parameters)).first()
-            done, found = reader.first(BY_ID, parameters)
-            assert done and found is not None and expected is not None
-            assert tuple(found) == tuple(expected)
-            assert found._asdict() == expected._asdict() == row
-            assert type(found.created_at) is type(expected.created_at)
-        # Scoped by organization: another organization's id reads nothing.
-        assert reader.first(BY_ID, {"organization_id": "org_b", "resource_id": "thg_1"}) == (True, None)
+        yield engine, reader
     finally:
         reader.close()
         await engine.dispose()
+
+
+async def test_rows_are_what_sqlalchemy_reads(engine_and_reader: tuple[AsyncEngine, InlineReader]) -> None:
+    engine, reader = engine_and_reader
+    primed(reader, BY_ID)
+    for row in ROWS:
+        parameters = {"organization_id": row["organization_id"], "resource_id": row["id"]}
+        async with engine.connect() as connection:
+            expected = (await connection.execute(BY_ID, parameters)).first()
+        done, found = reader.first(BY_ID, parameters)
+        assert done and found is not None and expected is not None
+        assert tuple(found) == tuple(expected)
+        assert found._asdict() == expected._asdict() == row
+        assert type(found.created_at) is type(expected.created_at)
+    # Scoped by organization: another organization's id reads nothing.
+    assert reader.first(BY_ID, {"organization_id": "org_b", "resource_id": "thg_1"}) == (True, None)
 
 
 def test_no_reader_for_an_in_memory_database() -> None:
@@ -150,10 +159,8 @@ async def test_a_read_that_would_wait_for_a_lock_gives_way(tmp_path: Path) -> No
         await engine.dispose()
 
 
-async def test_a_read_past_its_budget_gives_way(database: str) -> None:
-    engine = create_engine(database)
-    reader = InlineReader.for_url(engine.url, engine.dialect)
-    assert reader is not None
+async def test_a_read_past_its_budget_gives_way(engine_and_reader: tuple[AsyncEngine, InlineReader]) -> None:
+    _engine, reader = engine_and_reader
     # Counts to a hundred million before answering: far past the 2 ms budget on any machine.
     endless = select(literal_column("n")).select_from(
         text(
@@ -162,64 +169,44 @@ async def test_a_read_past_its_budget_gives_way(database: str) -> None:
         )
     )
     primed(reader, endless, BY_ID)
-    try:
-        assert reader.first(endless, {}) == (False, None)
-        # The connection is still good for the next read.
-        assert reader.first(BY_ID, {"organization_id": "org_a", "resource_id": "thg_2"})[0] is True
-    finally:
-        reader.close()
-        await engine.dispose()
+    assert reader.first(endless, {}) == (False, None)
+    # The connection is still good for the next read.
+    assert reader.first(BY_ID, {"organization_id": "org_a", "resource_id": "thg_2"})[0] is True
 
 
-async def test_a_reader_in_use_elsewhere_gives_way(database: str) -> None:
-    engine = create_engine(database)
-    reader = InlineReader.for_url(engine.url, engine.dialect)
-    assert reader is not None
+async def test_a_reader_in_use_elsewhere_gives_way(
+    engine_and_reader: tuple[AsyncEngine, InlineReader],
+) -> None:
+    _engine, reader = engine_and_reader
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
     primed(reader, BY_ID)
-    try:
-        reader._in_use.acquire()  # another thread's read
-        assert reader.first(BY_ID, parameters) == (False, None)
-        reader._in_use.release()
-        assert reader.first(BY_ID, parameters)[0] is True
-    finally:
-        reader.close()
-        await engine.dispose()
+    reader._in_use.acquire()  # another thread's read
+    assert reader.first(BY_ID, parameters) == (False, None)
+    reader._in_use.release()
+    assert reader.first(BY_ID, parameters)[0] is True
 
 
-async def test_several_rows_in_order(database: str) -> None:
-    engine = create_engine(database)
-    reader = InlineReader.for_url(engine.url, engine.dialect)
-    assert reader is not None
+async def test_several_rows_in_order(engine_and_reader: tuple[AsyncEngine, InlineReader]) -> None:
+    engine, reader = engine_and_reader
     listing = (
         select(things)
         .where(things.c.organization_id == bindparam("organization_id"))
         .order_by(things.c.id.desc())
     )
     primed(reader, listing)
-    try:
-        async with engine.connect() as connection:
-            expected = (await connection.execute(listing, {"organization_id": "org_a"})).all()
-        done, rows = reader.rows(listing, {"organization_id": "org_a"})
-        assert done and [row._asdict() for row in rows] == [row._asdict() for row in expected] == ROWS[::-1]
-        assert reader.rows(listing, {"organization_id": "org_b"}) == (True, [])
-    finally:
-        reader.close()
-        await engine.dispose()
+    async with engine.connect() as connection:
+        expected = (await connection.execute(listing, {"organization_id": "org_a"})).all()
+    done, rows = reader.rows(listing, {"organization_id": "org_a"})
+    assert done and [row._asdict() for row in rows] == [row._asdict() for row in expected] == ROWS[::-1]
+    assert reader.rows(listing, {"organization_id": "org_b"}) == (True, [])
 
 
-async def test_one_off_statements_are_not_kept(database: str) -> None:
-    engine = create_engine(database)
-    reader = InlineReader.for_url(engine.url, engine.dialect)
-    assert reader is not None
-    try:
-        for _ in range(3):  # a statement built for one request, read twice, then dropped
-            one_off = select(things.c.id).where(things.c.id == bindparam("resource_id"))
-            assert reader.rows(one_off, {"resource_id": "thg_1"})[0] is False  # first use: SQLAlchemy's
-            assert reader.rows(one_off, {"resource_id": "thg_1"}) == (True, [("thg_1",)])
-            del one_off
-        gc.collect()
-        assert len(reader._prepared._prepared) == 0 and len(reader._prepared._seen) == 0
-    finally:
-        reader.close()
-        await engine.dispose()
+async def test_one_off_statements_are_not_kept(engine_and_reader: tuple[AsyncEngine, InlineReader]) -> None:
+    _engine, reader = engine_and_reader
+    for _ in range(3):  # a statement built for one request, read twice, then dropped
+        one_off = select(things.c.id).where(things.c.id == bindparam("resource_id"))
+        assert reader.rows(one_off, {"resource_id": "thg_1"})[0] is False  # first use: SQLAlchemy's
+        assert reader.rows(one_off, {"resource_id": "thg_1"}) == (True, [("thg_1",)])
+        del one_off
+    gc.collect()
+    assert len(reader._prepared._prepared) == 0 and len(reader._prepared._seen) == 0
