@@ -23,6 +23,12 @@ from tests import pg
 from tests.kit.test_inline_reader import BY_ID, ROWS, metadata
 
 
+async def first(reader: PooledReader, statement: Any, parameters: dict[str, Any]) -> tuple[bool, Any]:
+    """(whether the reader read, the first row or None)."""
+    done, rows = await reader.rows(statement, parameters)
+    return done, (rows[0] if rows else None)
+
+
 async def primed(reader: PooledReader, *statements: Any) -> PooledReader:
     """A reader that has seen ``statements`` once: it prepares a statement at its second use (a
     first one it leaves to SQLAlchemy)."""
@@ -58,10 +64,10 @@ async def test_rows_are_what_sqlalchemy_reads(engine: AsyncEngine) -> None:
         parameters = {"organization_id": row["organization_id"], "resource_id": row["id"]}
         async with engine.connect() as connection:
             expected = (await connection.execute(BY_ID, parameters)).first()
-        done, found = await reader.first(BY_ID, parameters)
+        done, found = await first(reader, BY_ID, parameters)
         assert done and found is not None and expected is not None
         assert found._asdict() == expected._asdict() == row
-    assert await reader.first(BY_ID, {"organization_id": "org_b", "resource_id": "thg_1"}) == (True, None)
+    assert await first(reader, BY_ID, {"organization_id": "org_b", "resource_id": "thg_1"}) == (True, None)
     assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
@@ -71,7 +77,7 @@ async def test_a_connection_the_server_ended_is_replaced(
     monkeypatch.setattr(kit_db, "PING_AFTER_IDLE_S", 3600.0)  # the pool's idle ping must not find it first
     reader = await primed(PooledReader(engine), BY_ID)
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
-    assert (await reader.first(BY_ID, parameters))[0] is True  # the pool now holds that connection
+    assert (await first(reader, BY_ID, parameters))[0] is True  # the pool now holds that connection
     admin = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
     try:  # ends every other backend of this database: the pooled connection's too
         ended = await admin.fetchval(
@@ -82,11 +88,11 @@ async def test_a_connection_the_server_ended_is_replaced(
         await admin.close()
     assert ended == 1
     # The reader's connection was ended: it is invalidated and the caller told to read the usual way.
-    assert await reader.first(BY_ID, parameters) == (False, None)
+    assert await first(reader, BY_ID, parameters) == (False, None)
     assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     async with engine.connect() as connection:  # the usual way reads on
         assert (await connection.execute(BY_ID, parameters)).first() is not None
-    assert (await reader.first(BY_ID, parameters))[0] is True
+    assert (await first(reader, BY_ID, parameters))[0] is True
 
 
 async def test_an_error_of_the_statement_is_left_to_the_usual_way(engine: AsyncEngine) -> None:
@@ -94,18 +100,18 @@ async def test_an_error_of_the_statement_is_left_to_the_usual_way(engine: AsyncE
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
     async with engine.begin() as connection:
         await connection.execute(text("ALTER TABLE things RENAME TO gone"))
-    assert await reader.first(BY_ID, parameters) == (False, None)
+    assert await first(reader, BY_ID, parameters) == (False, None)
     assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
     async with engine.begin() as connection:
         await connection.execute(text("ALTER TABLE gone RENAME TO things"))
-    assert (await reader.first(BY_ID, parameters))[0] is True
+    assert (await first(reader, BY_ID, parameters))[0] is True
 
 
 async def test_a_read_cancelled_halfway_leaves_no_busy_connection_in_the_pool(engine: AsyncEngine) -> None:
     reader = await primed(PooledReader(engine), BY_ID)
     slow = select(literal_column("1").label("n")).select_from(text("pg_sleep(30)"))
     await primed(reader, slow)
-    task = asyncio.create_task(reader.first(slow, {}))
+    task = asyncio.create_task(first(reader, slow, {}))
     for _ in range(200):  # until the statement is running on the server
         await asyncio.sleep(0.05)
         async with engine.connect() as connection:
@@ -125,7 +131,7 @@ async def test_a_read_cancelled_halfway_leaves_no_busy_connection_in_the_pool(en
     # Every connection the pool hands out now is idle and usable.
     parameters = {"organization_id": "org_a", "resource_id": "thg_1"}
     for _ in range(3):
-        assert (await reader.first(BY_ID, parameters))[0] is True
+        assert (await first(reader, BY_ID, parameters))[0] is True
 
 
 async def test_several_rows_in_order(engine: AsyncEngine) -> None:
@@ -158,11 +164,11 @@ async def test_a_connection_used_a_moment_ago_is_checked_out_without_a_greenlet(
 
     monkeypatch.setattr(kit_postgres, "greenlet_spawn", counted)
     monkeypatch.setattr(kit_db, "PING_AFTER_IDLE_S", 3600.0)  # however loaded the machine: "a moment ago"
-    assert (await reader.first(BY_ID, parameters))[0] is True
+    assert (await first(reader, BY_ID, parameters))[0] is True
     spawned.clear()  # the connection has just been used and given back
-    assert (await reader.first(BY_ID, parameters))[0] is True
+    assert (await first(reader, BY_ID, parameters))[0] is True
     assert spawned == []
     # One that sat idle past the idle ping's threshold is checked out in a greenlet (the ping awaits).
     monkeypatch.setattr(kit_db, "PING_AFTER_IDLE_S", 0.0)
-    assert (await reader.first(BY_ID, parameters))[0] is True
+    assert (await first(reader, BY_ID, parameters))[0] is True
     assert len(spawned) == 1

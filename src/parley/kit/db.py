@@ -229,8 +229,8 @@ class Database:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     write_sessionmaker: async_sessionmaker[AsyncSession]
-    # One-row reads of read-only requests around SQLAlchemy's connection (see read_first): SQLite
-    # files on the event loop, PostgreSQL straight on asyncpg.
+    # Reads of read-only requests around SQLAlchemy's connection (see read_rows): SQLite files on the
+    # event loop, PostgreSQL straight on asyncpg.
     inline_reader: InlineReader | None = None
     pooled_reader: PooledReader | None = None
 
@@ -460,10 +460,11 @@ class RequestUnit:
         self.done = True
         if session is None:
             return
-        if not session.in_transaction() and not _has_work(session):
-            return  # never began (its reads went through read_first): nothing to end or give back
+        work = _has_work(session)
+        if not work and not session.in_transaction():
+            return  # never began (its reads went through read_rows): nothing to end or give back
         try:
-            if commit and _has_work(session):
+            if commit and work:
                 await _finish(session)
             elif not commit:
                 await session.rollback()

@@ -127,13 +127,13 @@ log = structlog.get_logger("parley.db")
 
 
 class PooledReader:
-    """Reads of one row, outside any transaction, straight on asyncpg with a connection of the pool.
+    """Reads outside any transaction, straight on asyncpg with a connection of the pool.
 
-    For a read-only request that reads one row and nothing else (``kit.db.read_first``) SQLAlchemy's
-    connection, execution context and result around asyncpg cost several times the round trip's own
-    CPU (docs/benchmarks.md). The connection is checked out of and back into the engine's pool (so
+    For a read-only request that only reads (``kit.db.read_rows``: a row by id, a page of a list)
+    SQLAlchemy's connection, execution context and result around asyncpg cost several times the round
+    trip's own CPU (docs/benchmarks.md). The connection is checked out of and back into the engine's pool (so
     the pool's size, waits, idle pings and recycling apply as to every other request); the statement,
-    compiled once by the engine's dialect, runs with asyncpg's ``fetch`` outside a transaction, as the
+    compiled once by the engine's dialect (at its second use, ``kit/prepared.py``), runs with asyncpg's ``fetch`` outside a transaction, as the
     adapter runs a plain read with no transaction open (see above), and its values go through the
     columns' types. A connection that breaks meanwhile (or whose read is cancelled halfway) is closed,
     never reused, and the caller reads the usual way (which reconnects, or answers an outage as every
@@ -146,11 +146,6 @@ class PooledReader:
         # (kit.db's idle ping); then it is checked out without a greenlet.
         self.ready = ready
         self._prepared = PreparedReads(engine.dialect)
-
-    async def first(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, Any]:
-        """(True, the first row or None) when read here; (False, None) when the caller must read."""
-        done, rows = await self.rows(statement, parameters)
-        return done, (rows[0] if rows else None)
 
     async def rows(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, list[Any]]:
         """(True, the rows) when read here; (False, []) when the caller must read."""

@@ -433,16 +433,16 @@ registry.register("sqlite.parley_onehop", __name__, "OneHopDialect")
 
 
 class InlineReader:
-    """Reads of one row, outside any transaction, on the event loop's thread and a connection of its own.
+    """Reads outside any transaction, on the event loop's thread and a connection of its own.
 
-    For a read-only request that reads one row and nothing else (``kit.db.read_first``) a pooled
-    connection, SQLAlchemy's connection and execution context and the result cost ≈ 25 times the
-    read itself (docs/benchmarks.md). This connection is in autocommit mode: a ``SELECT`` is its own
-    read transaction, over when its rows are fetched. It never waits (busy time-out 0) and never runs
-    long (a progress handler stops it after :data:`INLINE_BUDGET_S`): a busy, locked or stopped read
-    answers ``None`` and the caller reads the usual way. The rows come out as SQLAlchemy's would, the
-    columns' types applied (dates, JSON, encrypted values). A connection is only ever used by one
-    thread at a time; a second thread that finds it in use reads the usual way.
+    For a read-only request that only reads (``kit.db.read_rows``: a row by id, a page of a list) a
+    pooled connection, SQLAlchemy's connection and execution context and the result cost many times
+    the read itself (docs/benchmarks.md). This connection is in autocommit mode: a ``SELECT`` is its
+    own read transaction, over when its rows are fetched. It never waits (busy time-out 0) and never
+    runs long (a progress handler stops it after :data:`INLINE_BUDGET_S`): a busy, locked or stopped
+    read answers ``(False, [])`` and the caller reads the usual way. The rows come out as SQLAlchemy's
+    would, the columns' types applied (dates, JSON, encrypted values). A connection is only ever used
+    by one thread at a time; a second thread that finds it in use reads the usual way.
     """
 
     def __init__(self, database: str, dialect: Any) -> None:
@@ -471,11 +471,6 @@ class InlineReader:
 
     def _past_budget(self) -> bool:
         return time.perf_counter() > self._deadline
-
-    def first(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, Any]:
-        """(True, the first row or None) when read here; (False, None) when the caller must read."""
-        done, rows = self.rows(statement, parameters)
-        return done, (rows[0] if rows else None)
 
     def rows(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, list[Any]]:
         """(True, the rows) when read here; (False, []) when the caller must read."""
