@@ -265,6 +265,12 @@ def main() -> None:
     parser.add_argument("--postgres", action="store_true", help="Run the platform on PostgreSQL.")
     parser.add_argument("--platform-src", help="Serve the platform from this source tree's src directory.")
     parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="Pin the platform worker to the first core and the connector and this load generator to the "
+        "second, as the platform GET benchmark pins its worker (otherwise all share both cores).",
+    )
+    parser.add_argument(
         "--profile",
         metavar="OUT",
         help="Run the platform under cProfile during the burst, write the profile to OUT and print its "
@@ -317,6 +323,10 @@ def main() -> None:
             Path(tmp, "platform.log"),
             profile=args.profile,
         )
+        if args.pin:
+            os.sched_setaffinity(platform.pid, {0})
+            for pid in (connector.pid, 0):
+                os.sched_setaffinity(pid, {1})
         try:
             figures = asyncio.run(engine_bench(connector_url, key, args.turns))
             print(
