@@ -2,7 +2,8 @@
 
 :func:`audit_mutations` is handed to auth at start-up (``parley.app``): auth calls it once a request's
 principal is known and never imports audit. It registers the request's audit event, written through
-a plain INSERT (:func:`parley.audit.service.write_event`) just before the transaction commits.
+a plain INSERT (:func:`parley.audit.service.pending_event`) just before the transaction commits
+(or with the request's own write, ``kit.db.commit_now``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.audit.service import RequestFacts, event_values, write_event
+from parley.audit.service import RequestFacts, event_values, pending_event
 from parley.auth.principal import Principal
 from parley.kit.db import SAFE_METHODS, before_commit
 
@@ -44,7 +45,7 @@ def audit_mutations(request: Request, session: AsyncSession, principal: Principa
     if request.method in SAFE_METHODS:
         return
 
-    async def write(session: AsyncSession) -> None:
+    def values() -> dict[str, Any]:
         state = request.state
         route = request.scope.get("route")
         resource_type, resource_id = getattr(state, "audit_resource", (None, None))
@@ -52,20 +53,17 @@ def audit_mutations(request: Request, session: AsyncSession, principal: Principa
             params = request.path_params
             resource_id = next(iter(params.values()), None) if params else None
             resource_type = getattr(route, "tags", [None])[0] if route is not None and route.tags else None
-        await write_event(
-            session,
-            event_values(
-                request_facts(request),
-                organization_id=getattr(state, "audit_organization_id", None)
-                or getattr(state, "organization_id", None)  # the active organization auth resolved
-                or principal.api_key_organization_id,
-                actor_type=principal.kind,
-                actor_id=principal.id,
-                action=getattr(route, "name", None) or f"{request.method} {request.url.path}",
-                resource_type=resource_type,
-                resource_id=str(resource_id) if resource_id is not None else None,
-                details=getattr(state, "audit_details", None),
-            ),
+        return event_values(
+            request_facts(request),
+            organization_id=getattr(state, "audit_organization_id", None)
+            or getattr(state, "organization_id", None)  # the active organization auth resolved
+            or principal.api_key_organization_id,
+            actor_type=principal.kind,
+            actor_id=principal.id,
+            action=getattr(route, "name", None) or f"{request.method} {request.url.path}",
+            resource_type=resource_type,
+            resource_id=str(resource_id) if resource_id is not None else None,
+            details=getattr(state, "audit_details", None),
         )
 
-    before_commit(session, write)
+    before_commit(session, pending_event(values))

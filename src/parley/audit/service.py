@@ -8,6 +8,7 @@ sees a request object.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -16,7 +17,7 @@ from sqlalchemy import Select, Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.audit.models import AuditEvent
-from parley.kit.db import utcnow
+from parley.kit.db import PlainStatement, utcnow
 from parley.kit.ids import new_id
 
 
@@ -70,6 +71,11 @@ def record(session: AsyncSession, values: dict[str, Any]) -> AuditEvent:
 
 # Every mutating request writes one event: a plain INSERT, without an ORM object and its flush.
 _INSERT_EVENT = insert(cast(Table, AuditEvent.__table__))
+
+
+def pending_event(values: Callable[[], dict[str, Any]]) -> PlainStatement:
+    """The audit event as a before-commit hook: ``values()`` (made at commit time) in one INSERT."""
+    return PlainStatement(_INSERT_EVENT, values)
 
 
 async def write_event(session: AsyncSession, values: dict[str, Any]) -> None:

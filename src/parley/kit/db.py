@@ -32,9 +32,9 @@ from sqlalchemy.util import await_, greenlet_spawn
 
 from parley.kit import postgres
 from parley.kit.pool import FairAsyncAdaptedQueuePool
-from parley.kit.postgres import PooledReader
+from parley.kit.postgres import PooledReader, PooledWriter
 from parley.kit.sqlite import DRIVER_NAME as SQLITE_DRIVER
-from parley.kit.sqlite import InlineReader, connect_one_hop
+from parley.kit.sqlite import InlineReader, InlineWriter, connect_one_hop
 
 if TYPE_CHECKING:
     from parley.config import Settings
@@ -233,6 +233,9 @@ class Database:
     # event loop, PostgreSQL straight on asyncpg.
     inline_reader: InlineReader | None = None
     pooled_reader: PooledReader | None = None
+    # A request's whole write on the driver when it is known at once (see commit_now).
+    inline_writer: InlineWriter | None = None
+    pooled_writer: PooledWriter | None = None
 
     @classmethod
     def from_url(
@@ -247,6 +250,8 @@ class Database:
             async_sessionmaker(writer, expire_on_commit=False, autoflush=False),
             InlineReader.for_url(engine.url, engine.dialect) if sqlite else None,
             PooledReader(engine, ready=needs_no_ping) if url.startswith("postgresql+asyncpg://") else None,
+            InlineWriter.for_url(engine.url, engine.dialect) if sqlite else None,
+            PooledWriter(engine, ready=needs_no_ping) if url.startswith("postgresql+asyncpg://") else None,
         )
 
     @classmethod
@@ -273,6 +278,8 @@ class Database:
     async def dispose(self) -> None:
         if self.inline_reader is not None:
             self.inline_reader.close()
+        if self.inline_writer is not None:
+            self.inline_writer.close()
         await self.engine.dispose()
 
 
@@ -283,6 +290,19 @@ BeforeCommit = Callable[[AsyncSession], Awaitable[None]]
 def before_commit(session: AsyncSession, hook: BeforeCommit) -> None:
     """Run ``hook`` inside the unit of work's transaction, just before it commits (e.g. the audit event)."""
     session.info.setdefault("before_commit", []).append(hook)
+
+
+class PlainStatement:
+    """A before-commit hook that is one plain Core statement with its values (the audit event): the
+    usual commit executes it in the session; :func:`commit_now` writes it with the request's own
+    statement, in one transaction on the driver. ``values`` is called at commit time."""
+
+    def __init__(self, statement: Executable, values: Callable[[], dict[str, Any]]) -> None:
+        self.statement = statement
+        self.values = values
+
+    async def __call__(self, session: AsyncSession) -> None:
+        await session.execute(self.statement, self.values())
 
 
 def after_commit(session: AsyncSession, callback: AfterCommit) -> None:
@@ -627,18 +647,82 @@ async def read_rows(
         and unit.database.reads_beside_sessions
         and not session.in_transaction()
     ):
-        database = unit.database
-        if database.inline_reader is not None:
-            done, rows = database.inline_reader.rows(statement, parameters)
-        elif database.pooled_reader is not None:
-            done, rows = await database.pooled_reader.rows(statement, parameters)
-        else:
-            done, rows = False, []
-        if done:
-            return rows
-        return await greenlet_spawn(_all_rows, database.engine.sync_engine, statement, parameters)
+        return await _read_on_driver(unit.database, statement, parameters)
     result = await session.execute(statement, parameters)
     return list(result.all())
+
+
+async def read_rows_beside(
+    session: AsyncSession, statement: Executable, parameters: dict[str, Any]
+) -> list[Row[Any]]:
+    """The rows of a plain Core ``statement`` read beside ``session``'s unit of work, as
+    :func:`short_read` reads: what is committed, outside ``session``'s transaction, holding no
+    connection afterwards. Where the database allows it (sessions bound to the engine), through the
+    engine's row reader as :func:`read_rows` does, with no ORM session at all; otherwise in a short read.
+    For a write request's look-ups before its engine runs (a conversation turn's session row)."""
+    database: Database | None = session.info.get("database")
+    if database is not None and database.reads_beside_sessions:
+        return await _read_on_driver(database, statement, parameters)
+    async with short_read(session) as reader:
+        return list((await reader.execute(statement, parameters)).all())
+
+
+async def commit_now(
+    session: AsyncSession, statement: Executable, parameters: dict[str, Any]
+) -> list[Row[Any]] | None:
+    """Run ``statement`` and commit the request's unit of work now, in one transaction on the driver,
+    when it is all the request writes: the rows the statement returns, or None when nothing was written
+    (the caller then executes it in ``session`` as usual, committed at the request's end). A statement
+    that returns columns must return a row to be committed here (an ``UPDATE ... RETURNING`` that finds
+    no row is left to the usual way, which sees the same and answers as it always does).
+
+    It applies to the handler's session of a write request (``DbSession``) that has not begun and holds
+    no changes, when authentication noted none and every before-commit hook is a
+    :class:`PlainStatement` (the audit event), which is written in the same transaction. SQLite files:
+    ``kit.sqlite.InlineWriter`` (the whole transaction on the event loop, never waiting for the write
+    lock); PostgreSQL: ``kit.postgres.PooledWriter`` (asyncpg's own transaction on a pooled connection). After-commit hooks run when the request's unit completes, as always; anything the
+    handler writes after this commits then, in a transaction of its own. A conversation turn uses it.
+    """
+    unit: RequestUnit | None = session.info.get("request_unit")
+    if unit is None or unit.writer is not session or unit.done:
+        return None
+    database = unit.database
+    if (
+        database.inline_writer is None and database.pooled_writer is None
+    ) or not database.reads_beside_sessions:
+        return None
+    if unit.reader is not None:
+        await unit.release_reader()  # what authentication changed moves to the writer: the usual way
+    sync = session.sync_session
+    if session.in_transaction() or sync.new or sync.dirty or sync.deleted or _wrote(sync):
+        return None
+    hooks = sync.info.get("before_commit") or []
+    if not all(isinstance(hook, PlainStatement) for hook in hooks):
+        return None
+    steps = [(statement, parameters), *((hook.statement, hook.values()) for hook in hooks)]
+    if database.inline_writer is not None:
+        done, rows = database.inline_writer.transaction(steps)
+    else:
+        assert database.pooled_writer is not None
+        done, rows = await database.pooled_writer.transaction(steps)
+    if not done:
+        return None
+    sync.info.pop("before_commit", None)  # written with it
+    return rows[0]
+
+
+async def _read_on_driver(
+    database: Database, statement: Executable, parameters: dict[str, Any]
+) -> list[Row[Any]]:
+    if database.inline_reader is not None:
+        done, rows = database.inline_reader.rows(statement, parameters)
+    elif database.pooled_reader is not None:
+        done, rows = await database.pooled_reader.rows(statement, parameters)
+    else:
+        done, rows = False, []
+    if done:
+        return rows
+    return await greenlet_spawn(_all_rows, database.engine.sync_engine, statement, parameters)
 
 
 async def release_reader(request: Request) -> None:

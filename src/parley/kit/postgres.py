@@ -38,7 +38,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import (
 )
 from sqlalchemy.util import await_, greenlet_spawn
 
-from parley.kit.prepared import PreparedReads
+from parley.kit.prepared import PreparedRead, PreparedReads
 
 # Isolation levels at which each statement takes its own snapshot (None: the server's default, which
 # the platform leaves at read committed).
@@ -152,6 +152,10 @@ class PooledReader:
         prepared = self._prepared.of(statement)
         if prepared is None:
             return False, []
+        try:
+            values = prepared.parameters(parameters)
+        except KeyError:
+            return False, []  # the usual way reports the missing value
         at_once = getattr(self.pool, "connect_at_once", None)
         fairy: Any = at_once(self.ready) if at_once is not None else None
         if fairy is None:
@@ -168,7 +172,7 @@ class PooledReader:
             if prepared.processors is None:  # the columns' type codes, as the adapter's description has them
                 described = await driver.prepare(prepared.sql)
                 prepared.describe([attribute.type.oid for attribute in described.get_attributes()])
-            records = await driver.fetch(prepared.sql, *prepared.parameters(parameters))
+            records = await driver.fetch(prepared.sql, *values)
         except asyncpg.PostgresError as error:
             if driver.is_closed():  # the server ended the connection (a shutdown, a terminated backend)
                 fairy.invalidate(error)
@@ -185,3 +189,81 @@ class PooledReader:
             if fairy.is_valid:
                 fairy.close()  # no transaction was opened: giving it back makes no round trip
         return True, [prepared.row(record) for record in records]
+
+
+class _NoRow(Exception):
+    """The first statement returned no row: the transaction is rolled back and the caller decides."""
+
+
+class PooledWriter:
+    """A whole write transaction straight on asyncpg, with a connection of the pool.
+
+    The PostgreSQL side of ``kit.db.commit_now`` (see ``kit.sqlite.InlineWriter``): ``BEGIN``, the
+    statements (compiled once, their values through the parameters' types) and ``COMMIT`` with
+    asyncpg's own transaction, on a connection checked out of the engine's pool as
+    :class:`PooledReader` does. Any error the server reports rolls the transaction back and gives way
+    (``(False, [])``): the caller writes the usual way, which meets the same error and reports it as it
+    always does. A connection that breaks or is cancelled meanwhile is closed, never reused.
+    """
+
+    def __init__(self, engine: Any, *, ready: Callable[[Any], bool] = lambda _record: False) -> None:
+        self.pool = engine.sync_engine.pool
+        self.ready = ready
+        self._prepared = PreparedReads(engine.dialect)
+
+    async def transaction(self, steps: list[tuple[Any, dict[str, Any]]]) -> tuple[bool, list[list[Any]]]:
+        """(True, each statement's returned rows) once committed; (False, []) when nothing was written,
+        which is also the answer when the first statement returns columns but no row."""
+        prepared: list[PreparedRead] = []
+        for statement, _ in steps:
+            one = self._prepared.of(statement)
+            if one is None:
+                return False, []
+            prepared.append(one)
+        try:
+            bound = [p.parameters(values) for p, (_, values) in zip(prepared, steps, strict=True)]
+        except KeyError:
+            return False, []
+        at_once = getattr(self.pool, "connect_at_once", None)
+        fairy: Any = at_once(self.ready) if at_once is not None else None
+        if fairy is None:
+            fairy = await greenlet_spawn(self.pool.connect)
+        try:
+            adapted = fairy.dbapi_connection
+            if (
+                adapted is None
+                or adapted._transaction is not None
+                or adapted.isolation_level not in _PER_STATEMENT_SNAPSHOT
+            ):
+                return False, []
+            driver = adapted.driver_connection
+            for p in prepared:
+                if p.processors is None and p.columns:
+                    described = await driver.prepare(p.sql)
+                    p.describe([attribute.type.oid for attribute in described.get_attributes()])
+                elif p.processors is None:
+                    p.describe(None)
+            fetched: list[list[Any]] = []
+            async with driver.transaction():
+                for p, values in zip(prepared, bound, strict=True):
+                    fetched.append(await driver.fetch(p.sql, *values))
+                    if len(fetched) == 1 and not fetched[0] and p.columns:
+                        raise _NoRow
+        except _NoRow:
+            return False, []
+        except asyncpg.PostgresError as error:
+            if driver.is_closed():
+                fairy.invalidate(error)
+            return False, []
+        except BaseException as error:
+            fairy.invalidate(error)
+            if not isinstance(error, Exception):
+                raise
+            log.warning("pooled_writer_gave_way", error=type(error).__name__)
+            return False, []
+        finally:
+            if fairy.is_valid:
+                fairy.close()
+        return True, [
+            [p.row(record) for record in records] for p, records in zip(prepared, fetched, strict=True)
+        ]

@@ -1,4 +1,4 @@
-"""Core ``SELECT`` statements compiled once, for reads that go around SQLAlchemy's connection.
+"""Core statements compiled once, for reads (and the inline writes) that go around SQLAlchemy's connection.
 
 A one-row read of a read-only request costs far more in SQLAlchemy's connection, execution context
 and result than in the database (docs/benchmarks.md). The engines' row readers (``kit.sqlite``'s
@@ -26,13 +26,20 @@ class PreparedRead:
         binds = [compiled.binds[name] for name in compiled.positiontup or ()]
         if any(bind.expanding for bind in binds):
             raise ValueError("an IN list is rendered per call: it cannot be compiled once")
+        if compiled.insert_prefetch or compiled.update_prefetch:
+            raise ValueError("a column default is computed per execution: it cannot be compiled once")
         self.sql: str = compiled.string
         self.binds = [
             (bind.key, bind.effective_value, bind.type.dialect_impl(dialect).bind_processor(dialect))
             for bind in binds
         ]
+        # The values a caller must give (a bind with no value of its own): a write that lacks one would
+        # store NULL where SQLAlchemy would have refused it, so it is not sent (see ``parameters``).
+        self.required = frozenset(bind.key for bind in binds if bind.required)
         self.dialect = dialect
-        self.columns = list(statement.selected_columns)
+        # A SELECT's columns, or what an INSERT/UPDATE/DELETE returns (none: no rows to convert).
+        returned = getattr(statement, "selected_columns", None)
+        self.columns = list(returned if returned is not None else statement.exported_columns)
         self.make_row = result_tuple([column.key for column in self.columns])
         # Built once the driver has told the columns' type codes (some types' conversions depend on it).
         self.processors: list[Any] | None = None
@@ -47,7 +54,10 @@ class PreparedRead:
         ]
 
     def parameters(self, values: dict[str, Any]) -> list[Any]:
-        """The statement's bound values in order: the caller's by name, else the statement's own."""
+        """The statement's bound values in order: the caller's by name, else the statement's own.
+        KeyError when a value the statement needs is missing."""
+        if not self.required.issubset(values):
+            raise KeyError(sorted(self.required.difference(values)))
         bound = []
         for key, default, process in self.binds:
             value = values.get(key, default)

@@ -52,6 +52,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
@@ -59,7 +60,7 @@ from sqlalchemy import event
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 
-from parley.kit.prepared import PreparedReads
+from parley.kit.prepared import PreparedRead, PreparedReads
 
 INLINE_BUDGET_S = 0.002  # a SELECT still running after this long goes on on the connection's thread
 BUDGET_CHECK_STEPS = 1000  # SQLite virtual-machine steps between two looks at the budget
@@ -475,12 +476,18 @@ class InlineReader:
     def rows(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, list[Any]]:
         """(True, the rows) when read here; (False, []) when the caller must read."""
         prepared = self._prepared.of(statement)
-        if prepared is None or not self._in_use.acquire(blocking=False):
+        if prepared is None:
+            return False, []
+        try:
+            bound = prepared.parameters(parameters)
+        except KeyError:
+            return False, []  # the usual way reports the missing value
+        if not self._in_use.acquire(blocking=False):
             return False, []
         try:
             connection = self._connection or self._open()
             self._deadline = time.perf_counter() + INLINE_BUDGET_S
-            values = connection.execute(prepared.sql, prepared.parameters(parameters)).fetchall()
+            values = connection.execute(prepared.sql, bound).fetchall()
             if prepared.processors is None:
                 prepared.describe(None)  # sqlite3 reports no type codes
         except sqlite3.OperationalError as error:
@@ -490,6 +497,129 @@ class InlineReader:
         finally:
             self._in_use.release()
         return True, [prepared.row(row) for row in values]
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+
+# Commits of the inline writer between two passive checkpoints of the WAL (run on a thread): its own
+# connection never checkpoints, so a commit on the event loop never copies pages into the database file.
+CHECKPOINT_EVERY = 200
+
+Step = tuple[Any, dict[str, Any]]
+
+
+class InlineWriter:
+    """A whole write transaction on the event loop's thread, on a connection of its own.
+
+    A request whose writes are known at once (a conversation turn: its version-checked ``UPDATE`` and
+    the audit event, ``kit.db.commit_now``) pays SQLAlchemy's session, connection, execution context
+    and two thread hops (the ``BEGIN IMMEDIATE`` with the first statement, the ``COMMIT``) for a few
+    dozen microseconds of SQLite work (docs/benchmarks.md). Here ``BEGIN IMMEDIATE``, the statements
+    and ``COMMIT`` run in one synchronous block: no other coroutine runs meanwhile, so the write lock is
+    held only for those microseconds and never across an ``await``. It never waits: with the busy
+    time-out 0, a database another connection is writing answers ``SQLITE_BUSY`` at ``BEGIN`` and the
+    transaction gives way (``(False, [])``: the caller writes the usual way). Any other error rolls
+    back and gives way too, so the usual way meets it and reports it as it always does: nothing is ever
+    half-written. The statements are compiled once (``kit/prepared.py``) and a statement that lacks a
+    value, or needs a default computed per execution, gives way as well.
+
+    This connection never checkpoints the WAL on commit (a checkpoint copies pages and syncs the file);
+    every :data:`CHECKPOINT_EVERY` commits a passive checkpoint runs on a thread instead, and the pooled
+    connections' commits checkpoint as they always do.
+    """
+
+    def __init__(self, database: str, dialect: Any) -> None:
+        self.database = database
+        self.dialect = dialect
+        self._connection: sqlite3.Connection | None = None
+        self._prepared = PreparedReads(dialect)
+        self._in_use = threading.Lock()
+        self._commits = 0
+
+    @staticmethod
+    def for_url(url: Any, dialect: Any) -> InlineWriter | None:
+        """A writer for a SQLite URL naming a file; None for an in-memory database."""
+        if InlineReader.for_url(url, dialect) is None:
+            return None
+        return InlineWriter(url.database, dialect)
+
+    def _open(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.database, isolation_level=None, check_same_thread=False)
+        connection.execute("PRAGMA busy_timeout=0")
+        connection.execute("PRAGMA foreign_keys=ON")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute("PRAGMA wal_autocheckpoint=0")
+        self._connection = connection
+        return connection
+
+    def transaction(self, steps: list[Step]) -> tuple[bool, list[list[Any]]]:
+        """(True, each statement's returned rows) once committed here; (False, []) when nothing was
+        written and the caller must write the usual way, which is also the answer when the first
+        statement returns columns but no row (an ``UPDATE ... RETURNING`` that did not find its row)."""
+        prepared: list[PreparedRead] = []
+        for statement, _ in steps:
+            one = self._prepared.of(statement)
+            if one is None:
+                return False, []
+            prepared.append(one)
+        try:
+            bound = [p.parameters(values) for p, (_, values) in zip(prepared, steps, strict=True)]
+        except KeyError:
+            return False, []
+        if not self._in_use.acquire(blocking=False):
+            return False, []
+        try:
+            connection = self._connection or self._open()
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                if _primary_code(error) in _BUSY_OR_LOCKED:
+                    return False, []
+                raise
+            try:
+                fetched = []
+                for p, values in zip(prepared, bound, strict=True):
+                    fetched.append(connection.execute(p.sql, values).fetchall())
+                    if len(fetched) == 1 and not fetched[0] and p.columns:
+                        connection.execute("ROLLBACK")  # its row was not there: the caller decides
+                        return False, []
+                connection.execute("COMMIT")
+            except sqlite3.Error:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                return False, []
+        finally:
+            self._in_use.release()
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY == 0:
+            self._checkpoint_soon()
+        rows = []
+        for p, values in zip(prepared, fetched, strict=True):
+            if p.processors is None:
+                p.describe(None)  # sqlite3 reports no type codes
+            rows.append([p.row(value) for value in values])
+        return True, rows
+
+    def _checkpoint_soon(self) -> None:
+        uri = f"{Path(self.database).resolve().as_uri()}?mode=rw"  # never creates a file
+
+        def checkpoint() -> None:
+            try:
+                connection = sqlite3.connect(uri, uri=True, isolation_level=None)
+            except sqlite3.Error:
+                return  # the database is gone (a test's temporary directory)
+            try:
+                connection.execute("PRAGMA busy_timeout=0")
+                connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:
+                pass  # busy: the next one, or a pooled connection's commit, checkpoints
+            finally:
+                connection.close()
+
+        threading.Thread(target=checkpoint, name="parley-wal-checkpoint", daemon=True).start()
 
     def close(self) -> None:
         connection, self._connection = self._connection, None

@@ -247,10 +247,11 @@ async def send_session_message(
         queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         hold.hand_over(_streamed_turn(request, context, row.id, data.text, queue))
         return _event_stream(queue)
+    # Named before the turn: a turn that goes on is committed with its audit event as it is written.
+    describe(request, "session", session_id)
     turn, result = await service.send_message(
         session, request.app.state.settings, context, session_id, data.text
     )
-    describe(request, "session", turn.id)
     return service.to_turn_out(turn, result)
 
 

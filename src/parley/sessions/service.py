@@ -27,7 +27,7 @@ from parley.calls.service import publish_call_started, record_call
 from parley.config import Settings
 from parley.flows.definition import FlowDefinition
 from parley.flows.models import Flow, FlowVersion
-from parley.kit.db import Database, short_read, unit_of_work, utcnow
+from parley.kit.db import Database, commit_now, read_rows_beside, short_read, unit_of_work, utcnow
 from parley.kit.errors import Conflict, NotFound
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
@@ -391,11 +391,13 @@ _END_TURN = (
 )
 
 
-async def _read_for_turn(reader: AsyncSession, organization_id: str, session_id: str) -> SessionSnapshot:
-    """The session as it is before the engine runs: a plain read into a detached row (404, 409)."""
-    found = (
-        await reader.execute(_READ_SESSION, {"in_organization": organization_id, "in_session": session_id})
-    ).first()
+async def _read_for_turn(session: AsyncSession, organization_id: str, session_id: str) -> SessionSnapshot:
+    """The session as it is before the engine runs: a plain read beside ``session``'s transaction into
+    a detached row (404, 409)."""
+    rows = await read_rows_beside(
+        session, _READ_SESSION, {"in_organization": organization_id, "in_session": session_id}
+    )
+    found = rows[0] if rows else None
     if found is None:
         raise NotFound(f"Session {session_id!r} was not found in this organization.")
     row = SessionSnapshot(**found._mapping)
@@ -424,7 +426,13 @@ async def _write_turn(
     if ended:
         values["new_outcome"] = state.outcome
         values["new_end_reason"] = (state.end_reason or "")[:60] or None
-    written = (await session.execute(_END_TURN if ended else _WRITE_TURN, values)).first()
+    statement = _END_TURN if ended else _WRITE_TURN
+    # A turn that goes on writes only this row (and the request's audit event): committed at once on the
+    # driver where the database allows it; an ending turn writes its call record with it, the usual way.
+    rows = None if ended else await commit_now(session, statement, values)
+    if rows is None:
+        rows = list((await session.execute(statement, values)).all())
+    written = rows[0] if rows else None
     if written is None:
         return None
     row = SessionSnapshot(**written._mapping, state=data)
@@ -451,9 +459,9 @@ async def send_message(
     organization_id = context.organization_id
     engine: FlowEngine | None = None
     llm: PlatformLlm | None = None
+    loaded = await _read_for_turn(session, organization_id, session_id)
+    state = _state(loaded)
     async with short_read(session) as reader:
-        loaded = await _read_for_turn(reader, organization_id, session_id)
-        state = _state(loaded)
         redactor = await privacy.redactor_for(reader, organization_id)
         try:
             definition = await _definition_of(reader, loaded)
