@@ -205,8 +205,13 @@ async def create_session(
 
     404 for an unknown flow or version, 409 when the flow has no published version yet.
     """
-    row, result = await service.create_session(session, request.app.state.settings, context, data)
-    describe(request, "session", row.id, flow_id=row.flow_id, channel=row.channel)
+
+    def name_it(row: SessionFacts) -> None:  # before the write: the audit event may go with it
+        describe(request, "session", row.id, flow_id=row.flow_id, channel=row.channel)
+
+    row, result = await service.create_session(
+        session, request.app.state.settings, context, data, before_write=name_it
+    )
     return service.to_turn_out(row, result)
 
 

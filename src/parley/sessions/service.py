@@ -244,11 +244,14 @@ async def create_session(
     data: SessionCreate,
     *,
     direction: Direction = "inbound",
+    before_write: Callable[[SessionFacts], None] | None = None,
 ) -> tuple[SessionFacts, TurnResult]:
     """Start a session. The flow is read in a short read of its own and the opening turn runs with no
     transaction open; only the new row is written to ``session``. ``direction`` is ``outbound`` when
     the platform dials (``telephony.service.place_outbound_call``, campaigns): the call record and the
-    call events carry it. What it returns is for reading (as :func:`send_message`)."""
+    call events carry it. ``before_write(row)`` runs just before the row is written (the HTTP route
+    names it for the audit event, which may be written with it). What it returns is for reading (as
+    :func:`send_message`)."""
     async with short_read(session) as reader:
         opened, state, engine, llm = await _prepare(reader, session, settings, context, data)
         redactor = await privacy.redactor_for(reader, context.organization_id)
@@ -271,19 +274,43 @@ async def create_session(
         stored = _stored(state, redactor)
         opened.state = stored.to_json()
         opened.language = str(stored.variables.get("language") or opened.language or "")[:10] or None
-        await session.execute(_INSERT_SESSION, opened.values())
+        if before_write is not None:
+            before_write(opened)
+        # Committed at once with the request's audit event where nothing else is written (no call.started
+        # subscriber): kit.db.commit_now.
+        if await commit_now(session, _INSERT_SESSION, opened.values()) is None:
+            await session.execute(_INSERT_SESSION, opened.values())
         return opened, result
     # The flow ended at once (its call record is written with it) or the model's usage is to be stored.
+    if before_write is not None:
+        before_write(opened)
     row = ConversationSession(**opened.values())
     session.add(row)
     await _save(session, row, state, llm)
     return row, result
 
 
+_FLOWS = cast(Table, Flow.__table__)
+# What an opening needs of its flow (not the draft's definition, read only for the test channel).
+_FLOW_HEAD = select(_FLOWS.c.id, _FLOWS.c.latest_version).where(
+    _FLOWS.c.organization_id == bindparam("in_organization"), _FLOWS.c.id == bindparam("in_flow")
+)
+
+
+async def _flow_head(session: AsyncSession, organization_id: str, flow_id: str) -> Row[Any]:
+    """The flow's id and latest version, read beside ``session``'s transaction (404)."""
+    rows = await read_rows_beside(
+        session, _FLOW_HEAD, {"in_organization": organization_id, "in_flow": flow_id}
+    )
+    if not rows:
+        raise NotFound(f"Flow {flow_id!r} was not found in this organization.")
+    return rows[0]
+
+
 async def _prepare(
     reader: AsyncSession, session: AsyncSession, settings: Settings, context: OrgContext, data: SessionCreate
 ) -> tuple[SessionSnapshot, ConversationState, FlowEngine, PlatformLlm | None]:
-    flow = await get_owned(reader, Flow, data.flow_id, context.organization_id, "Flow")
+    flow = await _flow_head(session, context.organization_id, data.flow_id)
     version: int | None
     if data.draft and data.channel != "test":
         raise Conflict("Only sessions on the test channel may run a flow's draft.")
@@ -292,7 +319,8 @@ async def _prepare(
         definition = await _published(reader, context.organization_id, flow.id, version)
     elif data.channel == "test" and (data.draft or flow.latest_version is None):
         version = None
-        definition = _parse(flow.definition, "flow's draft")
+        draft = await get_owned(reader, Flow, flow.id, context.organization_id, "Flow")
+        definition = _parse(draft.definition, "flow's draft")
     elif flow.latest_version is None:
         raise Conflict(
             f"Flow {flow.id!r} has no published version yet; publish it first "
