@@ -516,6 +516,25 @@ class RequestUnit:
             return
         try:
             await self.release_reader()  # authentication's changes and hooks join this commit
+        except BaseException:
+            self.done = True
+            await writer.close()
+            raise
+        sync = writer.sync_session
+        if not (
+            writer.in_transaction()
+            or sync.new
+            or sync.dirty
+            or sync.deleted
+            or sync.info.get("before_commit")
+        ):
+            # Nothing to commit (kit.db.commit_now wrote it, or the handler wrote nothing): the after-commit
+            # hooks run; a session that never began holds no connection to give back.
+            self.done = True
+            for callback in sync.info.pop("after_commit", []):
+                await callback()
+            return
+        try:
             await _finish(writer)
         except BaseException:
             await writer.rollback()
