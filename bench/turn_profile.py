@@ -225,6 +225,8 @@ async def measure(
             for name in STEPS:
                 calls = pstats.Stats(CALL_COUNTERS[name]).total_calls  # type: ignore[attr-defined]
                 print(f"| {name} | {calls / (size * 5):,.0f} |")
+                if os.environ.get("PROFILE_DUMP"):  # one file per step: PROFILE_DUMP.<step number>
+                    CALL_COUNTERS[name].dump_stats(f"{os.environ['PROFILE_DUMP']}.{STEPS.index(name)}")
         print(f"event loop thread: {loop_cpu / (size * 20) * 1e3:.2f} ms per request")
         print(f"per request: {database_work(size * 20)}")
         print(
