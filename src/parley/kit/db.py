@@ -425,8 +425,14 @@ async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
         async with session.begin_nested():
             yield session
         return
-    async with unit_of_work(database, write=False) as reader:
+    reader = database.sessionmaker()
+    reader.info.update(database=database, jobs=session.info.get("jobs"))
+    try:
         yield reader
+    finally:
+        # A reader whose look-ups were all answered from caches never began: nothing to give back.
+        if reader.in_transaction():
+            await reader.close()
 
 
 class RequestUnit:
