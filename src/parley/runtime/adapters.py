@@ -20,6 +20,7 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.db import short_read
 from parley.kit.errors import ParleyError
+from parley.kit.orgcache import cached, watch
 from parley.kit.tenancy import scoped
 from parley.knowledge import service as knowledge_service
 from parley.llm import service as llm_service
@@ -49,6 +50,28 @@ _TOOLS_BY_REF = select(Tool).where(
     or_(Tool.id.in_(bindparam("refs", expanding=True)), Tool.name.in_(bindparam("refs", expanding=True))),
 )
 
+# An organization's tools, kept in the process (kit/orgcache.py) so that a turn does not read them:
+# dropped when a change to any of its tools commits here, seen from another process within the cache's
+# lifetime. An organization with more than MAX_KEPT_TOOLS tools is read per turn, as before.
+_TOOLS = "runtime.tools"
+watch(_TOOLS, Tool)
+MAX_KEPT_TOOLS = 200
+_ALL_TOOLS = (
+    select(Tool).where(Tool.organization_id == bindparam("organization_id")).limit(MAX_KEPT_TOOLS + 1)
+)
+
+
+class KeptTools:
+    """An organization's tools by id and by name (read-only: detached rows, shared between turns)."""
+
+    def __init__(self, tools: list[Tool]) -> None:
+        self.by_id = {tool.id: tool for tool in tools}
+        self.by_name = {tool.name: tool for tool in tools}
+
+    def find(self, ref: str) -> Tool | None:
+        # As the statement answers: a tool whose id is the ref, else one whose name is.
+        return self.by_id.get(ref) or self.by_name.get(ref)
+
 
 class PlatformTools:
     """Runs the organization's tools (by name or id) through ``execute_tool``."""
@@ -64,6 +87,11 @@ class PlatformTools:
         wanted = [ref for ref in dict.fromkeys(refs) if ref not in self._cache]
         if not wanted:
             return
+        kept = await cached(reader, _TOOLS, self.organization_id, lambda: self._all_tools(reader))
+        if kept is not None:
+            for ref in wanted:
+                self._cache[ref] = kept.find(ref)
+            return
         rows = (
             await reader.scalars(_TOOLS_BY_REF, {"organization_id": self.organization_id, "refs": wanted})
         ).all()
@@ -71,6 +99,16 @@ class PlatformTools:
             self._cache[ref] = next((t for t in rows if t.id == ref), None) or next(
                 (t for t in rows if t.name == ref), None
             )
+
+    async def _all_tools(self, reader: AsyncSession) -> KeptTools | None:
+        tools = list((await reader.scalars(_ALL_TOOLS, {"organization_id": self.organization_id})).all())
+        if len(tools) > MAX_KEPT_TOOLS:
+            return None
+        for tool in tools:
+            # Detached at once: a rollback of the session that read them (it expires what it holds)
+            # must not touch rows other turns read.
+            reader.expunge(tool)
+        return KeptTools(tools)
 
     async def _find(self, ref: str) -> Tool | None:
         if ref not in self._cache:
