@@ -610,7 +610,8 @@ class RequestUnit:
         changed = list(reader.new) + list(reader.dirty)
         for obj in changed:
             reader.expunge(obj)
-        await reader.close()
+        if reader.in_transaction():  # else it never read (the identity came from the cache): no connection
+            await reader.close()
         if self.writer is not None and not self.done:
             self.writer.add_all(changed)
             return
