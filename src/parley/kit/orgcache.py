@@ -146,6 +146,34 @@ async def cached(
     return value
 
 
+MAX_ITEMS = 1_000  # items of one organization's map (cached_item); past that they are read, not kept
+
+
+async def cached_item(
+    session: AsyncSession, kind: str, organization_id: str, key: Any, load: Callable[[], Awaitable[T]]
+) -> T:
+    """One item of the organization's ``kind`` map, loaded on first use (a value that is read by key,
+    e.g. per flow version, and not all at once). The items live and are dropped with the map: any
+    change of the kind's rows in the organization drops them all, after commit, as for :func:`cached`;
+    an item read while an invalidation happened since the reading transaction began is not kept."""
+    cache = org_cache_of(session.sync_session)
+    if cache is None or session.sync_session.info.get(_CHANGES):
+        return await load()
+    found, items = cache.get(kind, organization_id)
+    if found and key in items:
+        return items[key]  # type: ignore[no-any-return]
+    generation = session.sync_session.info.get(_BEGUN, cache.generation)
+    value = await load()
+    if generation == cache.generation:
+        found, items = cache.get(kind, organization_id)
+        if not found:
+            items = {}
+            cache.put(kind, organization_id, items, generation)
+        if len(items) < MAX_ITEMS:
+            items[key] = value
+    return value
+
+
 # --- noticing changes: session events ---------------------------------------------------------------
 
 
