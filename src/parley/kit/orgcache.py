@@ -3,7 +3,8 @@
 What a turn reads on every request and an organization changes rarely (its privacy settings first) is
 kept in the process, keyed by ``(kind, organization id)`` so one organization's entries never answer
 another's. A domain package declares a kind with :func:`watch` (the kind's name and the ORM classes
-whose rows make it up; each has an ``organization_id`` column) and reads through :func:`cached`.
+whose rows make it up; each has an ``organization_id`` column) and reads through :func:`cached` (one
+value per organization) or :func:`cached_item` (a map per organization whose items are read by key).
 
 **Invalidation is explicit and after commit.** The session events below note which organizations'
 rows of a watched class a transaction inserts, updates or deletes (a bulk ``UPDATE``/``DELETE`` of a
