@@ -92,6 +92,7 @@ async def counted(name: str, request: Awaitable[T]) -> T:
 # SQL statements (at the cursor) and pool check-outs, counted for every request: figures the machine's
 # load does not move, to compare the sequential and the concurrent runs.
 DATABASE_WORK: collections.Counter[str] = collections.Counter()
+STEP_STATEMENTS: collections.Counter[str] = collections.Counter()  # by step (the request's)
 
 
 def count_database_work() -> None:
@@ -101,6 +102,7 @@ def count_database_work() -> None:
 
     def statement(*_args: Any) -> None:
         DATABASE_WORK["statements"] += 1
+        STEP_STATEMENTS[ENGINE_STEP[0]] += 1
 
     def checkout(*_args: Any) -> None:
         DATABASE_WORK["check-outs"] += 1
@@ -201,6 +203,7 @@ async def measure(
         STEP_CPU.clear()
         ENGINE_CPU.clear()
         DATABASE_WORK.clear()
+        STEP_STATEMENTS.clear()
         if concurrent >= 1:
             await measure_concurrent(app, headers, flow["id"], conversations, concurrent, count_calls)
             return
@@ -221,10 +224,10 @@ async def measure(
             total, inside = (STEP_CPU[name] / (size * 5) * 1e3, ENGINE_CPU[name] / (size * 5) * 1e3)
             print(f"| {name} | {total:.2f} | {inside:.2f} | {total - inside:.2f} |")
         if count_calls:
-            print("| request | function calls |\n|---|---|")
+            print("| request | function calls | statements |\n|---|---|---|")
             for name in STEPS:
                 calls = pstats.Stats(CALL_COUNTERS[name]).total_calls  # type: ignore[attr-defined]
-                print(f"| {name} | {calls / (size * 5):,.0f} |")
+                print(f"| {name} | {calls / (size * 5):,.0f} | {STEP_STATEMENTS[name] / (size * 5):.2f} |")
                 if os.environ.get("PROFILE_DUMP"):  # one file per step: PROFILE_DUMP.<step number>
                     CALL_COUNTERS[name].dump_stats(f"{os.environ['PROFILE_DUMP']}.{STEPS.index(name)}")
         print(f"event loop thread: {loop_cpu / (size * 20) * 1e3:.2f} ms per request")

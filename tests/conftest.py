@@ -21,6 +21,7 @@ from parley.connector import setup
 from parley.connector.app import create_connector_app
 from parley.connector.config import ConnectorSettings
 from parley.kit.db import Database, create_engine
+from parley.kit.orgcache import org_cache_of_database
 from tests import migrated, pg
 from tests.live import serve_in_thread
 
@@ -88,8 +89,11 @@ async def database(engine: Any) -> AsyncIterator[Database]:
         maker = async_sessionmaker(
             bind=connection, expire_on_commit=False, autoflush=False, join_transaction_mode="create_savepoint"
         )
-        yield Database(engine=engine, sessionmaker=maker, write_sessionmaker=maker)
+        database = Database(engine=engine, sessionmaker=maker, write_sessionmaker=maker)
+        yield database
         await outer.rollback()
+        # What the test's rolled-back transaction put in the per-organization cache is gone with it.
+        org_cache_of_database(database, distributed=False).clear()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ Each rule is a small function from the record to the findings it raises (usually
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable
@@ -38,6 +39,9 @@ def _caller_turns(record: FinishedConversation) -> list[tuple[int, str]]:
     return [(t.index, t.text) for t in record.transcript if t.speaker == "caller"]
 
 
+# Four rules read each caller turn normalized, and callers say the same short things ("nein", "ja"):
+# kept for the last few hundred texts (a pure function of the text).
+@functools.lru_cache(maxsize=256)
 def normalize(text: str) -> str:
     """Lower case, umlauts kept, punctuation dropped, whitespace collapsed."""
     text = unicodedata.normalize("NFC", text).casefold()

@@ -22,7 +22,6 @@ from typing import Any
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Settings
@@ -31,7 +30,7 @@ from parley.llm.client import Completion
 from parley.llm.service import ResolvedProvider, client_for
 from parley.providers.catalog import OpenAIConfig
 from parley.providers.models import ProviderConfig
-from parley.providers.service import get_spec, load_config
+from parley.providers.service import get_spec, is_configured, load_config
 
 log = structlog.get_logger("parley.brain.sentiment")
 
@@ -132,14 +131,9 @@ def parse_verdict(content: str | None) -> Verdict | None:
     return Verdict(sentiment, float(confidence), str(reason or "")[:MAX_REASON_CHARS].replace("\x00", ""))
 
 
-# Asked at the end of every call: built once (building the statement costs more than running it).
-_HAS_PROVIDER = select(ProviderConfig.id).where(
-    ProviderConfig.organization_id == bindparam("organization_id"), ProviderConfig.provider_key == PROVIDER
-)
-
-
 async def has_provider(session: AsyncSession, organization_id: str) -> bool:
-    return await session.scalar(_HAS_PROVIDER, {"organization_id": organization_id}) is not None
+    """Whether the organization has configured the provider (cached per organization, kit/orgcache.py)."""
+    return await is_configured(session, organization_id, PROVIDER)
 
 
 async def provider_config(

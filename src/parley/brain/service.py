@@ -145,6 +145,8 @@ async def raise_signals(
 ) -> list[BrainSignal]:
     """Store the signals of a stored call and hand them to notifications and to webhook subscribers
     (``signal.raised``; not with ``publish=False``, a console test conversation's); only flushes."""
+    if not raised:
+        return []
     signals = [
         BrainSignal(
             id=new_id("sig"),

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.calls.models import Call
 from parley.flows.definition import AnalysisField, AnalysisSettings
 from parley.flows.models import Flow, FlowVersion
+from parley.kit.orgcache import cached_item, watch
 
 ANALYZE_JOB = "calls.analyze"
 USAGE_SOURCE = "analysis"
@@ -59,6 +60,12 @@ _DRAFT_DEFINITION = select(Flow.definition).where(
 )
 
 
+# The analysis blocks of published versions, per organization (kit/orgcache.py): a published version
+# never changes, so only deleting a flow (its versions) drops them; a draft is read every time.
+_SPECS = "calls.analysis_specs"
+watch(_SPECS, FlowVersion)
+
+
 async def spec_of(
     session: AsyncSession, organization_id: str, flow_id: str | None, version: int | None
 ) -> AnalysisSettings | None:
@@ -66,13 +73,22 @@ async def spec_of(
     if flow_id is None:
         return None
     if version is not None:
-        definition = await session.scalar(
-            _VERSION_DEFINITION, {"organization_id": organization_id, "flow_id": flow_id, "version": version}
-        )
-    else:
-        definition = await session.scalar(
-            _DRAFT_DEFINITION, {"organization_id": organization_id, "flow_id": flow_id}
-        )
+
+        async def load() -> AnalysisSettings | None:
+            return _spec(
+                await session.scalar(
+                    _VERSION_DEFINITION,
+                    {"organization_id": organization_id, "flow_id": flow_id, "version": version},
+                )
+            )
+
+        return await cached_item(session, _SPECS, organization_id, (flow_id, version), load)
+    return _spec(
+        await session.scalar(_DRAFT_DEFINITION, {"organization_id": organization_id, "flow_id": flow_id})
+    )
+
+
+def _spec(definition: Any) -> AnalysisSettings | None:
     block = (definition or {}).get("analysis") if isinstance(definition, dict) else None
     if not block:
         return None

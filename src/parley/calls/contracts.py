@@ -1,7 +1,7 @@
 """What other packages exchange with ``calls``: data shapes only, no behaviour, nothing above kit imported.
 
 The runtime (``parley.sessions``) fills a :class:`CallRecordIn` and calls
-``parley.calls.service.record_call(session, record)`` inside the transaction that ends the session;
+``parley.calls.service.store_call(session, record)`` inside the transaction that ends the session;
 the call record, its transcript, tool calls, metrics, usage and brain signals are written with it.
 The brain judges the record as a :class:`parley.brain.contracts.FinishedConversation`.
 """

@@ -1,9 +1,10 @@
-"""Call records: ``record_call`` stores what the runtime hands over, and the queries on them."""
+"""Call records: ``store_call`` stores what the runtime hands over, and the queries on them."""
 
 from __future__ import annotations
 
 import re
 import statistics
+import typing
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -11,8 +12,21 @@ from typing import Any
 
 import orjson
 import structlog
+from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
-from sqlalchemy import JSON, ColumnElement, DateTime, Select, Text, bindparam, cast, select, type_coerce
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    DateTime,
+    Select,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    insert,
+    select,
+    type_coerce,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from ulid import ULID
 
@@ -84,91 +98,111 @@ async def _recording_filename(session: AsyncSession, record: CallRecordIn) -> st
     return name
 
 
-async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQueue | None = None) -> Call:
-    """Store the ended conversation and its brain signals (the record's own and the built-in rules').
+# The call row, written with one INSERT built once: the column types convert the values as they would
+# for the ORM (JSON through the engine's serializer, times through ``UTCDateTime``), the same columns
+# every time (those the record sets; the analysis results stay NULL, as an ORM insert leaves them, and
+# created_at/updated_at take their column defaults).
+_INSERT_CALL = insert(typing.cast(Table, Call.__table__))
+_JSON_DUMPS = TypeAdapter(list[Any])  # a list of models to JSON-able dicts, in one step
 
-    Runs inside the caller's transaction and only flushes. A recording name that is malformed or
-    already taken is left out (logged), never a reason to lose the call. With ``jobs`` (the app's
-    runner) and an ``openai`` provider configured, the LLM sentiment classifier is queued once the
-    transaction has committed (see :mod:`parley.brain.sentiment`). The ``call.ended`` event goes to the
-    organization's webhook subscribers: now, or for a session a voice transport serves
-    (``record.voice_connected``) when ``attach_voice`` adds what the transport measured (the
-    ``calls.publish_ended`` job sends it without that after :data:`ENDED_EVENT_GRACE_SECONDS`); never
-    for the console's ``test`` channel. When the flow declares an ``analysis`` block the post-call
-    analysis (:mod:`parley.calls.analysis`) is queued after the commit as well.
+
+async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQueue | None = None) -> Call:
+    """:func:`store_call`, answering the stored :class:`Call` (read back by its id)."""
+    call = await session.get(Call, await store_call(session, record, jobs=jobs))
+    assert call is not None
+    return call
+
+
+async def store_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQueue | None = None) -> str:
+    """Store the ended conversation and its brain signals (the record's own and the built-in rules');
+    answers the call's id.
+
+    Runs inside the caller's transaction (one INSERT of the call row; the signals are flushed). A
+    recording name that is malformed or already taken is left out (logged), never a reason to lose the
+    call. With ``jobs`` (the app's runner) and an ``openai`` provider configured, the LLM sentiment
+    classifier is queued once the transaction has committed (see :mod:`parley.brain.sentiment`). The
+    ``call.ended`` event goes to the organization's webhook subscribers: now, or for a session a voice
+    transport serves (``record.voice_connected``) when ``attach_voice`` adds what the transport
+    measured (the ``calls.publish_ended`` job sends it without that after
+    :data:`ENDED_EVENT_GRACE_SECONDS`); never for the console's ``test`` channel. When the flow declares
+    an ``analysis`` block the post-call analysis (:mod:`parley.calls.analysis`) is queued after the
+    commit as well.
     """
     started, ended = _aware(record.started_at), _aware(record.ended_at)
     organization_id = record.organization_id
-    metrics = [m.model_dump(mode="json") for m in record.turn_metrics]
+    metrics: list[dict[str, Any]] = _JSON_DUMPS.dump_python(record.turn_metrics, mode="json")
     filename = await _recording_filename(session, record)
     raised = brain.signals_of(record)
     signal_types = sorted({r.type for r in raised})
-    call = Call(
-        id=f"call_{ULID.from_datetime(started)}",
-        organization_id=organization_id,
-        session_id=_fit(record.session_id, 80) or "",
-        flow_id=_fit(record.flow_id, 40),
-        flow_version=record.flow_version,
-        channel=record.channel,
-        direction=record.direction,
-        caller=_fit(record.caller, 200),
-        callee=_fit(record.callee, 200),
-        language=_fit(record.language, 20),
-        started_at=started,
-        ended_at=ended,
-        duration_seconds=max(0.0, (ended - started).total_seconds()),
-        outcome=record.outcome,
-        end_reason=_fit(record.end_reason, 500),
-        transferred_to=_fit(record.transferred_to, 200),
-        transferred_at=record.transferred_at,
-        transfer_status=_fit(record.transfer_status, 20),
-        transcript=[t.model_dump(mode="json") for t in sorted(record.transcript, key=lambda t: t.index)],
-        tool_calls=[c.model_dump(mode="json") for c in record.tool_calls],
-        turn_metrics=metrics,
-        variables=to_jsonable_python(record.variables),
-        turn_count=len(record.transcript),
-        mean_voice_latency_ms=mean_voice_latency(metrics),
-        llm_prompt_tokens=record.usage.llm_prompt_tokens,
-        llm_completion_tokens=record.usage.llm_completion_tokens,
-        tts_characters=record.usage.tts_characters,
-        stt_seconds=record.usage.stt_seconds,
-        has_signals=bool(signal_types),
-        signal_types=signal_types,
-        recording_filename=filename,
-        blob_key=recording_blob_key(organization_id, filename) if filename else None,
-    )
-    spec = await analysis.spec_of(session, organization_id, call.flow_id, call.flow_version)
-    if spec is not None:
-        call.analysis_status = "pending"
-    events = sends_events(call.channel)
-    # A voice call's call.ended waits for its recording, voice metrics and speech usage (attach_voice);
-    # the calls.publish_ended job sends it without them if the transport never reports.
-    call.ended_event_pending = events and record.voice_connected
-    session.add(call)
-    await session.flush()  # the signals reference the call
+    transcript = record.transcript
+    if any(transcript[i].index > transcript[i + 1].index for i in range(len(transcript) - 1)):
+        transcript = sorted(transcript, key=lambda t: t.index)
+    flow_id, flow_version, channel = _fit(record.flow_id, 40), record.flow_version, record.channel
+    spec = await analysis.spec_of(session, organization_id, flow_id, flow_version)
+    events = sends_events(channel)
+    call: dict[str, Any] = {
+        "id": f"call_{ULID.from_datetime(started)}",
+        "organization_id": organization_id,
+        "session_id": _fit(record.session_id, 80) or "",
+        "flow_id": flow_id,
+        "flow_version": flow_version,
+        "channel": channel,
+        "direction": record.direction,
+        "caller": _fit(record.caller, 200),
+        "callee": _fit(record.callee, 200),
+        "language": _fit(record.language, 20),
+        "started_at": started,
+        "ended_at": ended,
+        "duration_seconds": max(0.0, (ended - started).total_seconds()),
+        "outcome": record.outcome,
+        "end_reason": _fit(record.end_reason, 500),
+        "transferred_to": _fit(record.transferred_to, 200),
+        "transferred_at": record.transferred_at,
+        "transfer_status": _fit(record.transfer_status, 20),
+        "transcript": _JSON_DUMPS.dump_python(transcript, mode="json"),
+        "tool_calls": _JSON_DUMPS.dump_python(record.tool_calls, mode="json"),
+        "turn_metrics": metrics,
+        "variables": to_jsonable_python(record.variables),
+        "turn_count": len(transcript),
+        "mean_voice_latency_ms": mean_voice_latency(metrics),
+        "llm_prompt_tokens": record.usage.llm_prompt_tokens,
+        "llm_completion_tokens": record.usage.llm_completion_tokens,
+        "tts_characters": record.usage.tts_characters,
+        "stt_seconds": record.usage.stt_seconds,
+        # A voice call's call.ended waits for its recording, voice metrics and speech usage
+        # (attach_voice); the calls.publish_ended job sends it without them if the transport never reports.
+        "ended_event_pending": events and record.voice_connected,
+        "has_signals": bool(signal_types),
+        "signal_types": signal_types,
+        "recording_filename": filename,
+        "blob_key": recording_blob_key(organization_id, filename) if filename else None,
+        "analysis_status": "pending" if spec is not None else None,
+    }
+    call_id: str = call["id"]
+    await session.execute(_INSERT_CALL, call)  # before the signals, which reference the call
     await brain.raise_signals(
         session,
         raised,
         organization_id=organization_id,
-        call_id=call.id,
-        flow_id=call.flow_id,
+        call_id=call_id,
+        flow_id=flow_id,
         jobs=jobs,
         publish=events,
     )
     runner: JobQueue | None = jobs or session.info.get("jobs")
-    if call.ended_event_pending:
+    if call["ended_event_pending"]:
         if runner is not None:  # without a queue, the job's recovery picks it up at the next start
-            _publish_ended_later(session, runner, call.id)
+            _publish_ended_later(session, runner, call_id)
     elif events:
-        await publish_event(session, organization_id, "call.ended", call_ended_data(call), jobs=jobs)
+        await publish_event(session, organization_id, "call.ended", _ended_data(call), jobs=jobs)
     if jobs is not None:
         await brain.queue_sentiment(
-            session, jobs, organization_id=organization_id, call_id=call.id, transcript=call.transcript
+            session, jobs, organization_id=organization_id, call_id=call_id, transcript=call["transcript"]
         )
     if spec is not None and runner is not None:  # without a queue, the job recovery picks it up
-        enqueue_after_commit(session, runner, analysis.ANALYZE_JOB, {"call_id": call.id})
-    log.info("call_recorded", call_id=call.id, signals=len(raised))
-    return call
+        enqueue_after_commit(session, runner, analysis.ANALYZE_JOB, {"call_id": call_id})
+    log.info("call_recorded", call_id=call_id, signals=len(raised))
+    return call_id
 
 
 # --- call events (docs/webhooks.md) --------------------------------------------------------------
@@ -217,33 +251,80 @@ def _call_facts(call: Call) -> dict[str, Any]:
     }
 
 
+# The columns call.ended carries (``_ended_data``).
+_ENDED_COLUMNS = (
+    "id",
+    "session_id",
+    "flow_id",
+    "flow_version",
+    "channel",
+    "direction",
+    "caller",
+    "callee",
+    "started_at",
+    "ended_at",
+    "duration_seconds",
+    "outcome",
+    "end_reason",
+    "transferred_to",
+    "transfer_status",
+    "language",
+    "transcript",
+    "variables",
+    "tool_calls",
+    "signal_types",
+    "turn_count",
+    "mean_voice_latency_ms",
+    "turn_metrics",
+    "llm_prompt_tokens",
+    "llm_completion_tokens",
+    "tts_characters",
+    "stt_seconds",
+    "recording_filename",
+)
+
+
 def call_ended_data(call: Call) -> dict[str, Any]:
     """What ``call.ended`` carries: the record as it is when the conversation ends."""
+    return _ended_data({name: getattr(call, name) for name in _ENDED_COLUMNS})
+
+
+def _ended_data(call: dict[str, Any]) -> dict[str, Any]:
+    """``call.ended``'s data from the call's column values (the row as ``store_call`` writes it)."""
+    filename = call["recording_filename"]
     return {
-        **_call_facts(call),
-        "ended_at": call.ended_at,
-        "duration_seconds": call.duration_seconds,
-        "outcome": call.outcome,
-        "end_reason": call.end_reason,
-        "transferred_to": call.transferred_to,
-        "transfer_status": call.transfer_status,
-        "language": call.language,
-        "transcript": call.transcript,
-        "variables": call.variables,
-        "tool_calls": call.tool_calls,
-        "signal_types": call.signal_types,
+        "call_id": call["id"],
+        "session_id": call["session_id"],
+        "flow_id": call["flow_id"],
+        "flow_version": call["flow_version"],
+        "channel": call["channel"],
+        "direction": call["direction"],
+        "caller": call["caller"],
+        "callee": call["callee"],
+        "started_at": call["started_at"],
+        "ended_at": call["ended_at"],
+        "duration_seconds": call["duration_seconds"],
+        "outcome": call["outcome"],
+        "end_reason": call["end_reason"],
+        "transferred_to": call["transferred_to"],
+        "transfer_status": call["transfer_status"],
+        "language": call["language"],
+        "transcript": call["transcript"],
+        "variables": call["variables"],
+        "tool_calls": call["tool_calls"],
+        "signal_types": call["signal_types"],
         "metrics": {
-            "turn_count": call.turn_count,
-            "mean_voice_latency_ms": call.mean_voice_latency_ms,
-            "turns": call.turn_metrics,
+            "turn_count": call["turn_count"],
+            "mean_voice_latency_ms": call["mean_voice_latency_ms"],
+            "turns": call["turn_metrics"],
             "usage": {
-                "llm_prompt_tokens": call.llm_prompt_tokens,
-                "llm_completion_tokens": call.llm_completion_tokens,
-                "tts_characters": call.tts_characters,
-                "stt_seconds": call.stt_seconds,
+                "llm_prompt_tokens": call["llm_prompt_tokens"],
+                "llm_completion_tokens": call["llm_completion_tokens"],
+                "tts_characters": call["tts_characters"],
+                "stt_seconds": call["stt_seconds"],
             },
         },
-        "recording_url": recording_url(call),
+        "recording_url": _recording_url(filename),
     }
 
 
@@ -407,7 +488,11 @@ async def attach_voice(
 
 
 def recording_url(call: Call) -> str | None:
-    return f"/api/calls/recording-file/{call.recording_filename}" if call.recording_filename else None
+    return _recording_url(call.recording_filename)
+
+
+def _recording_url(filename: str | None) -> str | None:
+    return f"/api/calls/recording-file/{filename}" if filename else None
 
 
 async def get_call(session: AsyncSession, context: OrgContext, call_id: str) -> Call:

@@ -3,7 +3,8 @@
 What a turn reads on every request and an organization changes rarely (its privacy settings first) is
 kept in the process, keyed by ``(kind, organization id)`` so one organization's entries never answer
 another's. A domain package declares a kind with :func:`watch` (the kind's name and the ORM classes
-whose rows make it up; each has an ``organization_id`` column) and reads through :func:`cached`.
+whose rows make it up; each has an ``organization_id`` column) and reads through :func:`cached` (one
+value per organization) or :func:`cached_item` (a map per organization whose items are read by key).
 
 **Invalidation is explicit and after commit.** The session events below note which organizations'
 rows of a watched class a transaction inserts, updates or deletes (a bulk ``UPDATE``/``DELETE`` of a
@@ -143,6 +144,34 @@ async def cached(
     generation = session.sync_session.info.get(_BEGUN, cache.generation)
     value = await load()
     cache.put(kind, organization_id, value, generation)
+    return value
+
+
+MAX_ITEMS = 1_000  # items of one organization's map (cached_item); past that they are read, not kept
+
+
+async def cached_item(
+    session: AsyncSession, kind: str, organization_id: str, key: Any, load: Callable[[], Awaitable[T]]
+) -> T:
+    """One item of the organization's ``kind`` map, loaded on first use (a value that is read by key,
+    e.g. per flow version, and not all at once). The items live and are dropped with the map: any
+    change of the kind's rows in the organization drops them all, after commit, as for :func:`cached`;
+    an item read while an invalidation happened since the reading transaction began is not kept."""
+    cache = org_cache_of(session.sync_session)
+    if cache is None or session.sync_session.info.get(_CHANGES):
+        return await load()
+    found, items = cache.get(kind, organization_id)
+    if found and key in items:
+        return items[key]  # type: ignore[no-any-return]
+    generation = session.sync_session.info.get(_BEGUN, cache.generation)
+    value = await load()
+    if generation == cache.generation:
+        found, items = cache.get(kind, organization_id)
+        if not found:
+            items = {}
+            cache.put(kind, organization_id, items, generation)
+        if len(items) < MAX_ITEMS:
+            items[key] = value
     return value
 
 

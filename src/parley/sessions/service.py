@@ -5,7 +5,7 @@ session are serialized by an in-process lock (see :mod:`parley.sessions.locks`) 
 processes, by the optimistic ``version`` check on every write (a turn's ``UPDATE ... WHERE version``;
 the ORM's check, after a row lock on PostgreSQL, where a whole row is written). When a
 session ends (the flow ends, ``/end``, the idle sweeper, a failure) its call record is written in the
-same transaction via ``parley.calls.service.record_call``.
+same transaction via ``parley.calls.service.store_call``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from parley.auth.principal import OrgContext
 from parley.calls.contracts import CallRecordIn, Direction
-from parley.calls.service import publish_call_started, record_call
+from parley.calls.service import publish_call_started, store_call
 from parley.config import Settings
 from parley.flows.definition import FlowDefinition
 from parley.flows.models import Flow, FlowVersion
@@ -201,7 +201,7 @@ async def _save(
         row.outcome = state.outcome
         row.end_reason = (state.end_reason or "")[:60] or None
         row.ended_at = now
-        await record_call(session, call_record(row, state), jobs=session.info.get("jobs"))
+        await store_call(session, call_record(row, state), jobs=session.info.get("jobs"))
     try:
         await session.flush()
     except StaleDataError as exc:
@@ -465,7 +465,7 @@ async def _write_turn(
         return None
     row = SessionSnapshot(**written._mapping, state=data)
     if ended:
-        await record_call(session, call_record(row, state), jobs=session.info.get("jobs"))
+        await store_call(session, call_record(row, state), jobs=session.info.get("jobs"))
     return row
 
 

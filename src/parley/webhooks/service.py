@@ -30,6 +30,7 @@ from parley.kit.errors import InvalidFields
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue, enqueue_after_commit
+from parley.kit.orgcache import cached, watch
 from parley.kit.outbound import BlockedDestination, guarded_client, outbound_policy, read_limited
 from parley.kit.signing import SIGNATURE_HEADER, sign
 from parley.kit.tenancy import get_owned, scoped
@@ -169,13 +170,36 @@ def subscriptions_query(organization_id: str, active: bool | None) -> Select[Web
 
 # Read by every event (a call's end, a session's start): built once, bound per call.
 _ACTIVE_SUBSCRIPTIONS = (
-    select(WebhookSubscription)
+    select(WebhookSubscription.id, WebhookSubscription.url, WebhookSubscription.event_types)
     .where(
         WebhookSubscription.organization_id == bindparam("organization_id"),
         WebhookSubscription.active.is_(True),
     )
     .order_by(WebhookSubscription.id)
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _Subscriber:
+    """What publishing needs of an active subscription (no secret: it is read when sending)."""
+
+    id: str
+    url: str
+    event_types: frozenset[str]
+
+
+# The organization's active subscriptions, kept in the process (kit/orgcache.py): dropped when a
+# subscription change commits here, seen within the cache's lifetime from another process.
+_SUBSCRIBERS = "webhooks.subscribers"
+watch(_SUBSCRIBERS, WebhookSubscription)
+
+
+async def _subscribers(session: AsyncSession, organization_id: str) -> tuple[_Subscriber, ...]:
+    async def load() -> tuple[_Subscriber, ...]:
+        rows = await session.execute(_ACTIVE_SUBSCRIPTIONS, {"organization_id": organization_id})
+        return tuple(_Subscriber(id, url, frozenset(types or ())) for id, url, types in rows)
+
+    return await cached(session, _SUBSCRIBERS, organization_id, load)
 
 
 async def publish_event(
@@ -196,8 +220,7 @@ async def publish_event(
     """
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type!r}")
-    rows = await session.scalars(_ACTIVE_SUBSCRIPTIONS, {"organization_id": organization_id})
-    wanted = [s for s in rows if event_type in (s.event_types or [])]
+    wanted = [s for s in await _subscribers(session, organization_id) if event_type in s.event_types]
     if not wanted:
         return []
     now = utcnow()
