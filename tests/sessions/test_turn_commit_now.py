@@ -6,6 +6,7 @@ because its session changed meanwhile must leave nothing behind, its audit event
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,37 @@ async def test_a_turn_is_written_with_its_audit_event_without_an_orm_session(
         "method": "POST",
         "path": f"/api/sessions/{session_id}/messages",
     }
+
+
+async def test_an_opening_with_no_subscriber_is_written_with_its_audit_event_without_an_orm_session(
+    committed: tuple[Platform, Database],
+) -> None:
+    platform, database = committed
+    flow_id = await platform.flow(LOOP)
+    for _ in range(2):  # caches filled, statements compiled for the driver at their second use
+        await platform.start(flow_id)
+    with Counts(database) as counts:
+        opened = await platform.start(flow_id)
+    assert counts.orm_statements == 0
+    if database.inline_writer is not None:
+        assert counts.checkouts == 0
+    shown = await platform.get(f"/api/sessions/{opened['id']}")
+    assert shown.status_code == 200 and shown.json()["status"] == "active"
+    async with unit_of_work(database, write=False) as session:
+        found = await session.execute(
+            text(
+                "SELECT action, resource_type, organization_id, details FROM audit_events WHERE resource_id = :id"
+            ),
+            {"id": opened["id"]},
+        )
+        events = [dict(row._mapping) for row in found]
+    assert len(events) == 1
+    assert events[0]["action"] == "create_session" and events[0]["resource_type"] == "session"
+    assert events[0]["organization_id"] == platform.org
+    details = events[0]["details"]
+    if isinstance(details, str):  # SQLite hands JSON back as text through a plain text() query
+        details = json.loads(details)
+    assert details == {"flow_id": flow_id, "channel": "web"}
 
 
 async def test_a_turn_refused_because_its_session_changed_leaves_no_audit_event(

@@ -214,12 +214,11 @@ class PooledWriter:
     async def transaction(self, steps: list[tuple[Any, dict[str, Any]]]) -> tuple[bool, list[list[Any]]]:
         """(True, each statement's returned rows) once committed; (False, []) when nothing was written,
         which is also the answer when the first statement returns columns but no row."""
-        prepared: list[PreparedRead] = []
-        for statement, _ in steps:
-            one = self._prepared.of(statement)
-            if one is None:
-                return False, []
-            prepared.append(one)
+        # Every statement is looked at (each is prepared at its second use), then all must be ready.
+        looked = [self._prepared.of(statement) for statement, _ in steps]
+        prepared = [one for one in looked if one is not None]
+        if len(prepared) < len(steps):
+            return False, []
         try:
             bound = [p.parameters(values) for p, (_, values) in zip(prepared, steps, strict=True)]
         except KeyError:

@@ -559,12 +559,11 @@ class InlineWriter:
         """(True, each statement's returned rows) once committed here; (False, []) when nothing was
         written and the caller must write the usual way, which is also the answer when the first
         statement returns columns but no row (an ``UPDATE ... RETURNING`` that did not find its row)."""
-        prepared: list[PreparedRead] = []
-        for statement, _ in steps:
-            one = self._prepared.of(statement)
-            if one is None:
-                return False, []
-            prepared.append(one)
+        # Every statement is looked at (each is prepared at its second use), then all must be ready.
+        looked = [self._prepared.of(statement) for statement, _ in steps]
+        prepared = [one for one in looked if one is not None]
+        if len(prepared) < len(steps):
+            return False, []
         try:
             bound = [p.parameters(values) for p, (_, values) in zip(prepared, steps, strict=True)]
         except KeyError:
