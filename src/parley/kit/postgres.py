@@ -243,11 +243,18 @@ class PooledWriter:
                 elif p.processors is None:
                     p.describe(None)
             fetched: list[list[Any]] = []
-            async with driver.transaction():
+            try:
+                # Plain BEGIN/COMMIT (the server's default isolation, read committed, as every unit of work)
+                await driver.execute("BEGIN")
                 for p, values in zip(prepared, bound, strict=True):
                     fetched.append(await driver.fetch(p.sql, *values))
                     if len(fetched) == 1 and not fetched[0] and p.columns:
                         raise _NoRow
+                await driver.execute("COMMIT")
+            except (_NoRow, asyncpg.PostgresError):
+                if not driver.is_closed() and driver.is_in_transaction():
+                    await driver.execute("ROLLBACK")
+                raise
         except _NoRow:
             return False, []
         except asyncpg.PostgresError as error:
