@@ -38,7 +38,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import (
 )
 from sqlalchemy.util import await_, greenlet_spawn
 
-from parley.kit.prepared import PreparedRead, PreparedReads
+from parley.kit.prepared import PreparedReads
 
 # Isolation levels at which each statement takes its own snapshot (None: the server's default, which
 # the platform leaves at read committed).

@@ -60,7 +60,7 @@ from sqlalchemy import event
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 
-from parley.kit.prepared import PreparedRead, PreparedReads
+from parley.kit.prepared import PreparedReads
 
 INLINE_BUDGET_S = 0.002  # a SELECT still running after this long goes on on the connection's thread
 BUDGET_CHECK_STEPS = 1000  # SQLite virtual-machine steps between two looks at the budget

@@ -210,7 +210,7 @@ async def create_session(
         describe(request, "session", row.id, flow_id=row.flow_id, channel=row.channel)
 
     row, result = await service.create_session(
-        session, request.app.state.settings, context, data, before_write=name_it
+        session, request.app.state.settings, context, data, before_write=name_it, commit_at_once=True
     )
     return service.to_turn_out(row, result)
 
@@ -255,7 +255,7 @@ async def send_session_message(
     # Named before the turn: a turn that goes on is committed with its audit event as it is written.
     describe(request, "session", session_id)
     turn, result = await service.send_message(
-        session, request.app.state.settings, context, session_id, data.text
+        session, request.app.state.settings, context, session_id, data.text, commit_at_once=True
     )
     return service.to_turn_out(turn, result)
 

@@ -245,13 +245,15 @@ async def create_session(
     *,
     direction: Direction = "inbound",
     before_write: Callable[[SessionFacts], None] | None = None,
+    commit_at_once: bool = False,
 ) -> tuple[SessionFacts, TurnResult]:
     """Start a session. The flow is read in a short read of its own and the opening turn runs with no
     transaction open; only the new row is written to ``session``. ``direction`` is ``outbound`` when
     the platform dials (``telephony.service.place_outbound_call``, campaigns): the call record and the
     call events carry it. ``before_write(row)`` runs just before the row is written (the HTTP route
-    names it for the audit event, which may be written with it). What it returns is for reading (as
-    :func:`send_message`)."""
+    names it for the audit event). ``commit_at_once``: the caller writes nothing after this, so the row
+    may be committed with the request's audit event at once (``kit.db.commit_now``; the sessions
+    route). What it returns is for reading (as :func:`send_message`)."""
     async with short_read(session) as reader:
         opened, state, engine, llm = await _prepare(reader, session, settings, context, data)
         redactor = await privacy.redactor_for(reader, context.organization_id)
@@ -278,7 +280,7 @@ async def create_session(
             before_write(opened)
         # Committed at once with the request's audit event where nothing else is written (no call.started
         # subscriber): kit.db.commit_now.
-        if await commit_now(session, _INSERT_SESSION, opened.values()) is None:
+        if not commit_at_once or await commit_now(session, _INSERT_SESSION, opened.values()) is None:
             await session.execute(_INSERT_SESSION, opened.values())
         return opened, result
     # The flow ended at once (its call record is written with it) or the model's usage is to be stored.
@@ -437,7 +439,7 @@ async def _read_for_turn(session: AsyncSession, organization_id: str, session_id
 
 
 async def _write_turn(
-    session: AsyncSession, loaded: SessionSnapshot, state: ConversationState
+    session: AsyncSession, loaded: SessionSnapshot, state: ConversationState, *, commit_at_once: bool = False
 ) -> SessionSnapshot | None:
     """Write a turn (a conversation that ended gets its call record in the same transaction); the row
     as written, or None when the session changed since it was read (another turn, or it ended)."""
@@ -457,7 +459,7 @@ async def _write_turn(
     statement = _END_TURN if ended else _WRITE_TURN
     # A turn that goes on writes only this row (and the request's audit event): committed at once on the
     # driver where the database allows it; an ending turn writes its call record with it, the usual way.
-    rows = None if ended else await commit_now(session, statement, values)
+    rows = await commit_now(session, statement, values) if commit_at_once and not ended else None
     if rows is None:
         rows = list((await session.execute(statement, values)).all())
     written = rows[0] if rows else None
@@ -477,13 +479,16 @@ async def send_message(
     text: str,
     *,
     on_text: TextSink | None = None,
+    commit_at_once: bool = False,
 ) -> tuple[SessionFacts, TurnResult]:
     """One turn: load the session in a short read, run the engine with no transaction open (its tools
     and model may take long), then write the new state to ``session``. The caller holds the session's
     turn lock; the row's ``version`` guards against another process's turn meanwhile (409).
 
     What it returns is for reading: a snapshot of the row as written, or (a turn that stored the
-    model's usage) the session's own row."""
+    model's usage) the session's own row. ``commit_at_once``: the caller writes nothing after the turn,
+    so a turn that goes on may be committed with the request's audit event as it is written
+    (``kit.db.commit_now``; the sessions route)."""
     organization_id = context.organization_id
     engine: FlowEngine | None = None
     llm: PlatformLlm | None = None
@@ -502,7 +507,7 @@ async def send_message(
             engine, llm = await _engine(reader, session, settings, context, definition, line)
     result = TurnResult() if engine is None else await engine.handle(state, text, on_text=on_text)
     if llm is None or not llm.usage_rows:
-        written = await _write_turn(session, loaded, _stored(state, redactor))
+        written = await _write_turn(session, loaded, _stored(state, redactor), commit_at_once=commit_at_once)
         if written is not None:
             return written, result
     # The model's usage is to be stored, or the session changed meanwhile (the read below answers
