@@ -317,6 +317,110 @@ def guarded_client(
     )
 
 
+@dataclass(frozen=True)
+class Answer:
+    """What :func:`fetch` got back: the last response's status, headers and (capped) body."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+
+
+@functools.cache
+def _client_headers() -> tuple[tuple[bytes, bytes], ...]:
+    # The headers an ``httpx.AsyncClient`` sends by default (Accept, Accept-Encoding, Connection,
+    # User-Agent), taken once from a client: a :func:`fetch` looks the same to the upstream.
+    return tuple(httpx.AsyncClient(trust_env=False).headers.raw)
+
+
+async def fetch(
+    policy: OutboundPolicy,
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    json: Any = None,
+    timeout: float = 10.0,
+    limit: int,
+    max_redirects: int = 5,
+) -> Answer:
+    """One call over the connections kept between calls (as ``guarded_client(keep_connections=True)``),
+    without building a client: the request goes straight to the kept transport.
+
+    The same guarantees as a guarded client: every connection (each redirect's too) is vetted by the
+    policy where it is opened; redirects are followed hop by hop, up to ``max_redirects``, with the
+    client's rules (303/302 become GET, Authorization is dropped on a change of origin); ``timeout``
+    bounds every step and the whole call, however slowly a body trickles in; each body is read up to
+    ``limit`` bytes (:class:`UpstreamError` beyond). Nothing outlives the call but the connection: a
+    cookie set by a redirect goes to the next hop of this call only, never to another call."""
+    merged = httpx.Headers(_client_headers())
+    if headers:
+        merged.update(headers)
+    request = httpx.Request(
+        method, url, headers=merged, json=json, extensions={"timeout": httpx.Timeout(timeout).as_dict()}
+    )
+    transport = _KeptTransport(policy)
+    cookies: httpx.Cookies | None = None
+    async with asyncio.timeout(timeout):
+        for _hop in range(max_redirects + 1):
+            response = await transport.handle_async_request(request)
+            response.request = request
+            try:
+                body = await read_limited(response, limit)  # a redirect's too: its connection is reused
+                if not response.has_redirect_location:
+                    return Answer(response.status_code, response.headers, body)
+                if "set-cookie" in response.headers:
+                    cookies = cookies if cookies is not None else httpx.Cookies()
+                    cookies.extract_cookies(response)
+                request = _redirected(request, response, cookies)
+            finally:
+                await response.aclose()
+        raise httpx.TooManyRedirects("Exceeded maximum allowed redirects.", request=request)
+
+
+def _redirected(
+    request: httpx.Request, response: httpx.Response, cookies: httpx.Cookies | None
+) -> httpx.Request:
+    """The next hop's request, by the rules of ``httpx.AsyncClient`` (``_build_redirect_request``)."""
+    method = request.method
+    if (response.status_code in (303, 302) and method != "HEAD") or (
+        response.status_code == 301 and method == "POST"
+    ):
+        method = "GET"
+    try:
+        url = httpx.URL(response.headers["Location"])
+    except httpx.InvalidURL as exc:
+        raise httpx.RemoteProtocolError(f"Invalid URL in location header: {exc}.", request=request) from None
+    if url.scheme and not url.host:
+        url = url.copy_with(host=request.url.host)
+    if url.is_relative_url:
+        url = request.url.join(url)
+    if request.url.fragment and not url.fragment:
+        url = url.copy_with(fragment=request.url.fragment)
+    headers = httpx.Headers(request.headers)
+    old = request.url
+    if _origin(url) != _origin(old):
+        if not (
+            old.host == url.host and _origin(old)[::2] == ("http", 80) and _origin(url)[::2] == ("https", 443)
+        ):
+            # Not a plain upgrade to HTTPS on the same host: the credentials stay with their origin.
+            headers.pop("Authorization", None)
+        headers["Host"] = url.netloc.decode("ascii")
+    stream: httpx.SyncByteStream | httpx.AsyncByteStream | None = request.stream
+    if method != request.method and method == "GET":
+        headers.pop("Content-Length", None)
+        headers.pop("Transfer-Encoding", None)
+        stream = None
+    headers.pop("Cookie", None)
+    return httpx.Request(
+        method, url, headers=headers, cookies=cookies, stream=stream, extensions=request.extensions
+    )
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port or {"http": 80, "https": 443}.get(url.scheme)
+
+
 async def read_limited(response: httpx.Response, limit: int) -> bytes:
     """Read at most ``limit`` bytes of a streamed response body."""
     chunks: list[bytes] = []
