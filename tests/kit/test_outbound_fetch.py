@@ -5,6 +5,8 @@ kept between calls but the connection) hold without the client."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import socket
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -65,6 +67,26 @@ async def _trickle(request: Request) -> StreamingResponse:
     return StreamingResponse(body())
 
 
+async def _large(request: Request) -> Response:
+    return Response(bytes(range(256)) * 4096)
+
+
+@pytest.fixture
+async def one_shot_server() -> AsyncIterator[str]:
+    numbers = itertools.count()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        body = b"connection %d" % next(numbers)
+        # The answer and the end of the stream together: the client has both before it reads.
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        writer.close()
+
+    listener = await asyncio.start_server(answer, "127.0.0.1", 0)
+    async with listener:
+        yield f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
     app = Starlette(
@@ -73,6 +95,7 @@ def server() -> Iterator[str]:
             Route("/redirect", _redirect, methods=["GET", "POST"]),
             Route("/loop", _loop),
             Route("/big", _big),
+            Route("/large", _large),
             Route("/trickle", _trickle),
         ]
     )
@@ -161,3 +184,34 @@ async def test_a_slowly_trickling_body_still_times_out(server: str) -> None:
 async def test_a_private_address_is_refused_without_the_allowlist(server: str) -> None:
     with pytest.raises(BlockedDestination):
         await fetch(OutboundPolicy(), "GET", f"{server}/who", limit=10_000)
+
+
+# --- http:// origins: connections straight on asyncio's transport ------------------------------------
+
+
+async def test_a_body_larger_than_the_read_buffer_arrives_whole(server: str) -> None:
+    answer = await fetch(LOOPBACK, "GET", f"{server}/large", limit=2_000_000)
+    assert answer.content == bytes(range(256)) * 4096
+
+
+async def test_a_connection_the_server_closed_while_idle_is_replaced(one_shot_server: str) -> None:
+    # The server answers one request per connection and closes it without saying so (no
+    # "Connection: close"): the next call sees the kept connection is finished and opens another.
+    first = await fetch(LOOPBACK, "GET", f"{one_shot_server}/", limit=10_000)
+    second = await fetch(LOOPBACK, "GET", f"{one_shot_server}/", limit=10_000)
+    assert first.content != second.content  # each answer names the connection it came on
+    assert first.status_code == second.status_code == 200
+
+
+async def test_a_refused_connection_is_a_connect_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: the connection is refused
+        with pytest.raises(httpx.ConnectError):
+            await fetch(LOOPBACK, "GET", f"http://127.0.0.1:{port}/", limit=10_000)
+
+
+async def test_an_https_origin_is_spoken_to_in_tls(server: str) -> None:
+    # The loopback server speaks plain HTTP: a TLS handshake with it fails, nothing is sent in clear.
+    with pytest.raises(httpx.ConnectError):
+        await fetch(LOOPBACK, "GET", server.replace("http://", "https://") + "/who", limit=10_000)

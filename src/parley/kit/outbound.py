@@ -118,9 +118,130 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]
     return []
 
 
+class _PlainStream(httpcore.AsyncNetworkStream, asyncio.Protocol):
+    """A plain-TCP stream straight on asyncio's transport, for ``http://`` origins' kept connections.
+
+    httpcore's anyio stream costs a cancel scope per read and write, a socket poll to tell whether an
+    idle connection is still good and an async-library lookup per operation; this one reads what the
+    event loop has already received and knows when the server closed. ``https://`` origins keep the
+    anyio stream (TLS)."""
+
+    _HIGH_WATER = 256 * 1024  # stop reading from the socket beyond this much unread data
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._eof = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self._reading_paused = False
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) > self._HIGH_WATER and self._transport is not None:
+            self._transport.pause_reading()
+            self._reading_paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        self._error = exc
+        self._wake()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    # httpcore.AsyncNetworkStream
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if not self._buffer and not self._eof:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                if timeout is None:
+                    await self._waiter
+                else:
+                    async with asyncio.timeout(timeout):
+                        await self._waiter
+            except TimeoutError as exc:
+                raise httpcore.ReadTimeout(str(exc)) from exc
+            finally:
+                self._waiter = None
+        if not self._buffer:
+            if self._error is not None:
+                raise httpcore.ReadError(str(self._error)) from self._error
+            return b""
+        data = bytes(self._buffer[:max_bytes])
+        del self._buffer[:max_bytes]
+        if (
+            self._reading_paused
+            and len(self._buffer) <= self._HIGH_WATER // 4
+            and self._transport is not None
+        ):
+            self._reading_paused = False
+            self._transport.resume_reading()
+        return data
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        if self._transport is None or self._transport.is_closing():
+            raise httpcore.WriteError("the connection is closed")
+        self._transport.write(buffer)
+        if self._drained is not None:
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._drained
+            except TimeoutError as exc:
+                raise httpcore.WriteTimeout(str(exc)) from exc
+            if self._transport.is_closing():
+                raise httpcore.WriteError("the connection is closed")
+
+    async def aclose(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        # Never asked for: only http:// origins are given this stream.
+        await self.aclose()
+        raise httpcore.ConnectError("TLS is not available on a plain stream")
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            # An idle connection with data or an end of stream waiting is one the server gave up.
+            return bool(self._buffer) or self._eof
+        if self._transport is None:
+            return None
+        name = {"client_addr": "sockname", "server_addr": "peername", "socket": "socket"}.get(info)
+        return self._transport.get_extra_info(name) if name else None
+
+
 class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self, policy: OutboundPolicy) -> None:
+    def __init__(self, policy: OutboundPolicy, *, plain: bool = False) -> None:
         self.policy = policy
+        self.plain = plain  # http:// only: connections are _PlainStream on asyncio's transport
         self._backend = httpcore.AnyIOBackend()
 
     async def connect_tcp(
@@ -144,6 +265,8 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
                 f"{host} resolves to a non-public address ({blocked[0] if blocked else 'none'}); "
                 "outbound calls may only reach public addresses unless PARLEY_OUTBOUND_ALLOWLIST allows it"
             )
+        if self.plain:
+            return await _connect_plain(str(addresses[0]), port, timeout, local_address, socket_options)
         return await self._backend.connect_tcp(
             str(addresses[0]),
             port,
@@ -161,6 +284,29 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
+async def _connect_plain(
+    address: str,
+    port: int,
+    timeout: float | None,
+    local_address: str | None,
+    socket_options: Iterable[Any] | None,
+) -> _PlainStream:
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout):
+            transport, stream = await loop.create_connection(
+                _PlainStream, address, port, local_addr=(local_address, 0) if local_address else None
+            )
+    except TimeoutError as exc:
+        raise httpcore.ConnectTimeout(str(exc)) from exc
+    except OSError as exc:
+        raise httpcore.ConnectError(str(exc)) from exc
+    sock = transport.get_extra_info("socket")  # TCP_NODELAY is asyncio's default
+    for option in socket_options or ():
+        sock.setsockopt(*option)
+    return stream
+
+
 @functools.cache
 def _shared_ssl_context() -> ssl.SSLContext:
     # Loading the CA bundle costs tens of milliseconds; every guarded client shares one context.
@@ -174,6 +320,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         *,
         keepalive_expiry: float = 5.0,
         max_connections: int | None = 100,
+        plain: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(verify=_shared_ssl_context(), **kwargs)
@@ -184,11 +331,12 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             max_connections=max_connections,
             max_keepalive_connections=20,
             keepalive_expiry=keepalive_expiry,
-            network_backend=_GuardedBackend(policy),
+            network_backend=_GuardedBackend(policy, plain=plain),
         )
+        self.plain = plain
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme not in ("http", "https"):
+        if request.url.scheme not in ("http", "https") or (self.plain and request.url.scheme != "http"):
             raise BlockedDestination(f"the {request.url.scheme!r} scheme is not allowed for outbound calls")
         return await super().handle_async_request(request)
 
@@ -247,7 +395,12 @@ def _kept_for(policy: OutboundPolicy, url: httpx.URL) -> _Kept:
     # No limit on connections at once (as with a client per call): a slow origin never makes another
     # call wait for a free connection; only up to 20 idle ones are kept.
     kept = table[key] = _Kept(
-        GuardedTransport(policy, keepalive_expiry=SHARED_KEEPALIVE_S, max_connections=None)
+        GuardedTransport(
+            policy,
+            keepalive_expiry=SHARED_KEEPALIVE_S,
+            max_connections=None,
+            plain=url.scheme == "http",  # the origin's scheme is part of the key
+        )
     )
     # Over the limit, the least recently used origins with no request under way are closed (never the
     # one just made: its caller is about to use it); busy ones wait for a later turn.
