@@ -54,11 +54,10 @@ class OutboundPolicy:
         return cls(frozenset(hosts), tuple(networks))
 
     def allowing(self, *entries: str) -> OutboundPolicy:
-        """This policy plus ``entries`` (host names or CIDRs), e.g. the operator's own connector."""
-        extra = OutboundPolicy.from_entries(entries)
-        return OutboundPolicy(
-            self.allowed_hosts | extra.allowed_hosts, self.allowed_networks + extra.allowed_networks
-        )
+        """This policy plus ``entries`` (host names or CIDRs), e.g. the operator's own connector.
+
+        Built once per policy and entries (every ``order_lookup`` call asks for the same one)."""
+        return _allowing(self, entries)
 
     def address_allowed(self, host: str, address: IPAddress) -> bool:
         if host.lower().rstrip(".") in self.allowed_hosts:
@@ -71,6 +70,14 @@ class OutboundPolicy:
                 # Translators and tunnels deliver to the IPv4 address inside; judge that one.
                 return all(_public(v4) for v4 in embedded)
         return _public(address)
+
+
+@functools.lru_cache(maxsize=32)
+def _allowing(policy: OutboundPolicy, entries: tuple[str, ...]) -> OutboundPolicy:
+    extra = OutboundPolicy.from_entries(entries)
+    return OutboundPolicy(
+        policy.allowed_hosts | extra.allowed_hosts, policy.allowed_networks + extra.allowed_networks
+    )
 
 
 @functools.lru_cache(maxsize=8)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib
 import re
 import time
@@ -404,6 +405,7 @@ def extract(data: Any, path: str) -> Any:
 # --- order_lookup -----------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
