@@ -215,3 +215,21 @@ async def test_an_https_origin_is_spoken_to_in_tls(server: str) -> None:
     # The loopback server speaks plain HTTP: a TLS handshake with it fails, nothing is sent in clear.
     with pytest.raises(httpx.ConnectError):
         await fetch(LOOPBACK, "GET", server.replace("http://", "https://") + "/who", limit=10_000)
+
+
+async def test_a_server_that_never_answers_times_out() -> None:
+    # No read has a limit of its own: the whole call's limit ends the wait for the answer.
+    done = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await done.wait()
+        writer.close()
+
+    listener = await asyncio.start_server(silent, "127.0.0.1", 0)
+    async with listener:
+        url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}/"
+        try:
+            with pytest.raises(TimeoutError):
+                await fetch(LOOPBACK, "GET", url, timeout=0.2, limit=10_000)
+        finally:
+            done.set()

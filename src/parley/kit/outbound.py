@@ -510,15 +510,16 @@ async def fetch(
     The same guarantees as a guarded client: every connection (each redirect's too) is vetted by the
     policy where it is opened; redirects are followed hop by hop, up to ``max_redirects``, with the
     client's rules (303/302 become GET, Authorization is dropped on a change of origin); ``timeout``
-    bounds every step and the whole call, however slowly a body trickles in; each body is read up to
+    bounds the whole call (and connecting), however slowly a body trickles in; each body is read up to
     ``limit`` bytes (:class:`UpstreamError` beyond). Nothing outlives the call but the connection: a
     cookie set by a redirect goes to the next hop of this call only, never to another call."""
     merged = httpx.Headers(_client_headers())
     if headers:
         merged.update(headers)
-    request = httpx.Request(
-        method, url, headers=merged, json=json, extensions={"timeout": httpx.Timeout(timeout).as_dict()}
-    )
+    # Reads and writes need no limit of their own: the whole call's (below) bounds them, and a timer
+    # per read and write is work on every call. Connecting keeps its own (the name look-up's too).
+    steps = {"connect": timeout, "read": None, "write": None, "pool": timeout}
+    request = httpx.Request(method, url, headers=merged, json=json, extensions={"timeout": steps})
     transport = _KeptTransport(policy)
     cookies: httpx.Cookies | None = None
     async with asyncio.timeout(timeout):
