@@ -233,3 +233,21 @@ async def test_a_server_that_never_answers_times_out() -> None:
                 await fetch(LOOPBACK, "GET", url, timeout=0.2, limit=10_000)
         finally:
             done.set()
+
+
+def test_kept_connections_work_on_uvloop(server: str) -> None:
+    # The platform may run on uvloop, whose transports are not asyncio.Transport subclasses.
+    uvloop = pytest.importorskip("uvloop")
+
+    async def twice() -> tuple[dict[str, object], dict[str, object]]:
+        try:
+            return await _json(f"{server}/who"), await _json(f"{server}/who")
+        finally:
+            await close_kept_connections()
+
+    loop = uvloop.new_event_loop()
+    try:
+        first, second = loop.run_until_complete(twice())
+    finally:
+        loop.close()
+    assert second["port"] == first["port"]
