@@ -18,7 +18,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpcore
@@ -54,11 +54,10 @@ class OutboundPolicy:
         return cls(frozenset(hosts), tuple(networks))
 
     def allowing(self, *entries: str) -> OutboundPolicy:
-        """This policy plus ``entries`` (host names or CIDRs), e.g. the operator's own connector."""
-        extra = OutboundPolicy.from_entries(entries)
-        return OutboundPolicy(
-            self.allowed_hosts | extra.allowed_hosts, self.allowed_networks + extra.allowed_networks
-        )
+        """This policy plus ``entries`` (host names or CIDRs), e.g. the operator's own connector.
+
+        Built once per policy and entries (every ``order_lookup`` call asks for the same one)."""
+        return _allowing(self, entries)
 
     def address_allowed(self, host: str, address: IPAddress) -> bool:
         if host.lower().rstrip(".") in self.allowed_hosts:
@@ -71,6 +70,14 @@ class OutboundPolicy:
                 # Translators and tunnels deliver to the IPv4 address inside; judge that one.
                 return all(_public(v4) for v4 in embedded)
         return _public(address)
+
+
+@functools.lru_cache(maxsize=32)
+def _allowing(policy: OutboundPolicy, entries: tuple[str, ...]) -> OutboundPolicy:
+    extra = OutboundPolicy.from_entries(entries)
+    return OutboundPolicy(
+        policy.allowed_hosts | extra.allowed_hosts, policy.allowed_networks + extra.allowed_networks
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -118,9 +125,130 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]
     return []
 
 
+class _PlainStream(httpcore.AsyncNetworkStream, asyncio.Protocol):
+    """A plain-TCP stream straight on asyncio's transport, for ``http://`` origins' kept connections.
+
+    httpcore's anyio stream costs a cancel scope per read and write, a socket poll to tell whether an
+    idle connection is still good and an async-library lookup per operation; this one reads what the
+    event loop has already received and knows when the server closed. ``https://`` origins keep the
+    anyio stream (TLS)."""
+
+    _HIGH_WATER = 256 * 1024  # stop reading from the socket beyond this much unread data
+
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._eof = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self._reading_paused = False
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's is not an asyncio.Transport subclass: no isinstance check).
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) > self._HIGH_WATER and self._transport is not None:
+            self._transport.pause_reading()
+            self._reading_paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        self._error = exc
+        self._wake()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    # httpcore.AsyncNetworkStream
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if not self._buffer and not self._eof:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                if timeout is None:
+                    await self._waiter
+                else:
+                    async with asyncio.timeout(timeout):
+                        await self._waiter
+            except TimeoutError as exc:
+                raise httpcore.ReadTimeout(str(exc)) from exc
+            finally:
+                self._waiter = None
+        if not self._buffer:
+            if self._error is not None:
+                raise httpcore.ReadError(str(self._error)) from self._error
+            return b""
+        data = bytes(self._buffer[:max_bytes])
+        del self._buffer[:max_bytes]
+        if (
+            self._reading_paused
+            and len(self._buffer) <= self._HIGH_WATER // 4
+            and self._transport is not None
+        ):
+            self._reading_paused = False
+            self._transport.resume_reading()
+        return data
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        if self._transport is None or self._transport.is_closing():
+            raise httpcore.WriteError("the connection is closed")
+        self._transport.write(buffer)
+        if self._drained is not None:
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._drained
+            except TimeoutError as exc:
+                raise httpcore.WriteTimeout(str(exc)) from exc
+            if self._transport.is_closing():
+                raise httpcore.WriteError("the connection is closed")
+
+    async def aclose(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        # Never asked for: only http:// origins are given this stream.
+        await self.aclose()
+        raise httpcore.ConnectError("TLS is not available on a plain stream")
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            # An idle connection with data or an end of stream waiting is one the server gave up.
+            return bool(self._buffer) or self._eof
+        if self._transport is None:
+            return None
+        name = {"client_addr": "sockname", "server_addr": "peername", "socket": "socket"}.get(info)
+        return self._transport.get_extra_info(name) if name else None
+
+
 class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self, policy: OutboundPolicy) -> None:
+    def __init__(self, policy: OutboundPolicy, *, plain: bool = False) -> None:
         self.policy = policy
+        self.plain = plain  # http:// only: connections are _PlainStream on asyncio's transport
         self._backend = httpcore.AnyIOBackend()
 
     async def connect_tcp(
@@ -144,6 +272,8 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
                 f"{host} resolves to a non-public address ({blocked[0] if blocked else 'none'}); "
                 "outbound calls may only reach public addresses unless PARLEY_OUTBOUND_ALLOWLIST allows it"
             )
+        if self.plain:
+            return await _connect_plain(str(addresses[0]), port, timeout, local_address, socket_options)
         return await self._backend.connect_tcp(
             str(addresses[0]),
             port,
@@ -161,6 +291,29 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
+async def _connect_plain(
+    address: str,
+    port: int,
+    timeout: float | None,
+    local_address: str | None,
+    socket_options: Iterable[Any] | None,
+) -> _PlainStream:
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout):
+            transport, stream = await loop.create_connection(
+                _PlainStream, address, port, local_addr=(local_address, 0) if local_address else None
+            )
+    except TimeoutError as exc:
+        raise httpcore.ConnectTimeout(str(exc)) from exc
+    except OSError as exc:
+        raise httpcore.ConnectError(str(exc)) from exc
+    sock = transport.get_extra_info("socket")  # TCP_NODELAY is asyncio's default
+    for option in socket_options or ():
+        sock.setsockopt(*option)
+    return stream
+
+
 @functools.cache
 def _shared_ssl_context() -> ssl.SSLContext:
     # Loading the CA bundle costs tens of milliseconds; every guarded client shares one context.
@@ -174,6 +327,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         *,
         keepalive_expiry: float = 5.0,
         max_connections: int | None = 100,
+        plain: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(verify=_shared_ssl_context(), **kwargs)
@@ -184,11 +338,12 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
             max_connections=max_connections,
             max_keepalive_connections=20,
             keepalive_expiry=keepalive_expiry,
-            network_backend=_GuardedBackend(policy),
+            network_backend=_GuardedBackend(policy, plain=plain),
         )
+        self.plain = plain
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme not in ("http", "https"):
+        if request.url.scheme not in ("http", "https") or (self.plain and request.url.scheme != "http"):
             raise BlockedDestination(f"the {request.url.scheme!r} scheme is not allowed for outbound calls")
         return await super().handle_async_request(request)
 
@@ -247,7 +402,12 @@ def _kept_for(policy: OutboundPolicy, url: httpx.URL) -> _Kept:
     # No limit on connections at once (as with a client per call): a slow origin never makes another
     # call wait for a free connection; only up to 20 idle ones are kept.
     kept = table[key] = _Kept(
-        GuardedTransport(policy, keepalive_expiry=SHARED_KEEPALIVE_S, max_connections=None)
+        GuardedTransport(
+            policy,
+            keepalive_expiry=SHARED_KEEPALIVE_S,
+            max_connections=None,
+            plain=url.scheme == "http",  # the origin's scheme is part of the key
+        )
     )
     # Over the limit, the least recently used origins with no request under way are closed (never the
     # one just made: its caller is about to use it); busy ones wait for a later turn.
@@ -315,6 +475,111 @@ def guarded_client(
         trust_env=False,  # proxies from the environment would bypass the address check
         **kwargs,
     )
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What :func:`fetch` got back: the last response's status, headers and (capped) body."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+
+
+@functools.cache
+def _client_headers() -> tuple[tuple[bytes, bytes], ...]:
+    # The headers an ``httpx.AsyncClient`` sends by default (Accept, Accept-Encoding, Connection,
+    # User-Agent), taken once from a client: a :func:`fetch` looks the same to the upstream.
+    return tuple(httpx.AsyncClient(trust_env=False).headers.raw)
+
+
+async def fetch(
+    policy: OutboundPolicy,
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    json: Any = None,
+    timeout: float = 10.0,
+    limit: int,
+    max_redirects: int = 5,
+) -> Answer:
+    """One call over the connections kept between calls (as ``guarded_client(keep_connections=True)``),
+    without building a client: the request goes straight to the kept transport.
+
+    The same guarantees as a guarded client: every connection (each redirect's too) is vetted by the
+    policy where it is opened; redirects are followed hop by hop, up to ``max_redirects``, with the
+    client's rules (303/302 become GET, Authorization is dropped on a change of origin); ``timeout``
+    bounds the whole call (and connecting), however slowly a body trickles in; each body is read up to
+    ``limit`` bytes (:class:`UpstreamError` beyond). Nothing outlives the call but the connection: a
+    cookie set by a redirect goes to the next hop of this call only, never to another call."""
+    merged = httpx.Headers(_client_headers())
+    if headers:
+        merged.update(headers)
+    # Reads and writes need no limit of their own: the whole call's (below) bounds them, and a timer
+    # per read and write is work on every call. Connecting keeps its own (the name look-up's too).
+    steps = {"connect": timeout, "read": None, "write": None, "pool": timeout}
+    request = httpx.Request(method, url, headers=merged, json=json, extensions={"timeout": steps})
+    transport = _KeptTransport(policy)
+    cookies: httpx.Cookies | None = None
+    async with asyncio.timeout(timeout):
+        for _hop in range(max_redirects + 1):
+            response = await transport.handle_async_request(request)
+            response.request = request
+            try:
+                body = await read_limited(response, limit)  # a redirect's too: its connection is reused
+                if not response.has_redirect_location:
+                    return Answer(response.status_code, response.headers, body)
+                if "set-cookie" in response.headers:
+                    cookies = cookies if cookies is not None else httpx.Cookies()
+                    cookies.extract_cookies(response)
+                request = _redirected(request, response, cookies)
+            finally:
+                await response.aclose()
+        raise httpx.TooManyRedirects("Exceeded maximum allowed redirects.", request=request)
+
+
+def _redirected(
+    request: httpx.Request, response: httpx.Response, cookies: httpx.Cookies | None
+) -> httpx.Request:
+    """The next hop's request, by the rules of ``httpx.AsyncClient`` (``_build_redirect_request``)."""
+    method = request.method
+    if (response.status_code in (303, 302) and method != "HEAD") or (
+        response.status_code == 301 and method == "POST"
+    ):
+        method = "GET"
+    try:
+        url = httpx.URL(response.headers["Location"])
+    except httpx.InvalidURL as exc:
+        raise httpx.RemoteProtocolError(f"Invalid URL in location header: {exc}.", request=request) from None
+    if url.scheme and not url.host:
+        url = url.copy_with(host=request.url.host)
+    if url.is_relative_url:
+        url = request.url.join(url)
+    if request.url.fragment and not url.fragment:
+        url = url.copy_with(fragment=request.url.fragment)
+    headers = httpx.Headers(request.headers)
+    old = request.url
+    if _origin(url) != _origin(old):
+        if not (
+            old.host == url.host and _origin(old)[::2] == ("http", 80) and _origin(url)[::2] == ("https", 443)
+        ):
+            # Not a plain upgrade to HTTPS on the same host: the credentials stay with their origin.
+            headers.pop("Authorization", None)
+        headers["Host"] = url.netloc.decode("ascii")
+    stream: httpx.SyncByteStream | httpx.AsyncByteStream | None = request.stream
+    if method != request.method and method == "GET":
+        headers.pop("Content-Length", None)
+        headers.pop("Transfer-Encoding", None)
+        stream = None
+    headers.pop("Cookie", None)
+    return httpx.Request(
+        method, url, headers=headers, cookies=cookies, stream=stream, extensions=request.extensions
+    )
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port or {"http": 80, "https": 443}.get(url.scheme)
 
 
 async def read_limited(response: httpx.Response, limit: int) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib
 import re
 import time
@@ -30,7 +31,7 @@ from parley.kit.crypto import RowSecrets, SecretDecryptionError, row_secrets
 from parley.kit.db import Database
 from parley.kit.errors import NotFound, ParleyError, UpstreamError
 from parley.kit.metrics import observe_tool_call
-from parley.kit.outbound import OutboundPolicy, explain, guarded_client, outbound_policy, read_limited
+from parley.kit.outbound import OutboundPolicy, explain, fetch, outbound_policy
 from parley.kit.schemas import E164_PATTERN
 from parley.kit.templates import TemplateRenderError, render_template
 from parley.kit.toolcalls import ToolResult
@@ -340,14 +341,16 @@ async def _call(
     policy: OutboundPolicy, method: str, url: str, seconds: float, request: dict[str, Any]
 ) -> ToolResult:
     try:
-        async with (
-            guarded_client(policy, timeout=seconds, keep_connections=True) as client,
-            asyncio.timeout(seconds),  # the whole call, however slowly the body trickles in
-            client.stream(method, url, **request) as response,
-        ):
-            raw = await read_limited(response, MAX_RESPONSE_BYTES)
-            content_type = response.headers.get("content-type", "")
-            status_code = response.status_code
+        # No client per call: the request goes straight to the connections kept for its origin.
+        answer = await fetch(
+            policy,
+            method,
+            url,
+            headers=request.get("headers"),
+            json=request.get("json"),
+            timeout=seconds,  # every step and the whole call, however slowly the body trickles in
+            limit=MAX_RESPONSE_BYTES,
+        )
     except (TimeoutError, httpx.TimeoutException):
         return ToolResult("timeout", error=f"The upstream service did not answer within {seconds:g} s.")
     except httpx.InvalidURL:
@@ -356,7 +359,8 @@ async def _call(
         return ToolResult("error", error=explain(exc))
     except UpstreamError as exc:
         return ToolResult("error", error=exc.detail)
-    body = _parse_body(raw, content_type)
+    status_code = answer.status_code
+    body = _parse_body(answer.content, answer.headers.get("content-type", ""))
     if 200 <= status_code < 300:
         return ToolResult("ok", http_status=status_code, result=body)
     return ToolResult(
@@ -401,6 +405,7 @@ def extract(data: Any, path: str) -> Any:
 # --- order_lookup -----------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
