@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -239,6 +240,12 @@ async def sessions_bench(
     }
 
 
+def postgres_processes() -> list[int]:
+    """The local PostgreSQL server's processes (postmaster first), by their command name."""
+    found = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True).stdout.split()
+    return sorted(int(pid) for pid in found)
+
+
 def prepare_connector(env: dict[str, str]) -> str:
     code = (
         "from parley.connector.config import ConnectorSettings\n"
@@ -267,8 +274,9 @@ def main() -> None:
     parser.add_argument(
         "--pin",
         action="store_true",
-        help="Pin the platform worker to the first core and the connector and this load generator to the "
-        "second, as the platform GET benchmark pins its worker (otherwise all share both cores).",
+        help="Pin the platform worker to the first core and the connector, this load generator and (with "
+        "--postgres) the local PostgreSQL server's processes to the second, as the platform GET benchmark "
+        "pins its worker (otherwise all share both cores).",
     )
     parser.add_argument(
         "--profile",
@@ -323,10 +331,17 @@ def main() -> None:
             Path(tmp, "platform.log"),
             profile=args.profile,
         )
+        database_server: list[int] = []
         if args.pin:
             os.sched_setaffinity(platform.pid, {0})
             for pid in (connector.pid, 0):
                 os.sched_setaffinity(pid, {1})
+            if pg_name is not None:
+                # The local PostgreSQL server's processes (the postmaster: its new backends inherit it)
+                # move to the second core too, as a database on its own host would be; given back below.
+                database_server = postgres_processes()
+                for pid in database_server:
+                    os.sched_setaffinity(pid, {1})
         try:
             figures = asyncio.run(engine_bench(connector_url, key, args.turns))
             print(
@@ -367,6 +382,9 @@ def main() -> None:
             for proc in (platform, connector):
                 proc.terminate()
                 proc.wait(timeout=10)
+            for pid in database_server:
+                with contextlib.suppress(OSError):  # a backend that has ended meanwhile
+                    os.sched_setaffinity(pid, range(os.cpu_count() or 1))
             if pg_name is not None:
                 pg.drop_database(pg_name)
 
