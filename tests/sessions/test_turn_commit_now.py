@@ -25,7 +25,7 @@ from tests.kit.test_read_first import Counts
 from tests.live import serve_in_thread
 from tests.organizations.test_router import ALICE, create_org
 from tests.sessions.conftest import Platform
-from tests.sessions.test_turn_write import Meanwhile
+from tests.sessions.test_turn_write import FLOW, Meanwhile
 
 LOOP: dict[str, Any] = {
     "language": "en",
@@ -34,24 +34,6 @@ LOOP: dict[str, Any] = {
     "nodes": [
         {"id": "ask", "type": "collect", "variable": "q", "prompt": "Go on.", "next": "tell"},
         {"id": "tell", "type": "say", "text": "You said {{ q }}.", "next": "ask"},
-    ],
-}
-
-WITH_TOOL: dict[str, Any] = {
-    "language": "en",
-    "variables": {"result": None},
-    "start_node": "ask",
-    "nodes": [
-        {"id": "ask", "type": "collect", "variable": "q", "prompt": "What do you need?", "next": "call"},
-        {
-            "id": "call",
-            "type": "tool",
-            "tool": "upstream",
-            "arguments": {},
-            "result_variable": "result",
-            "next": "tell",
-        },
-        {"id": "tell", "type": "say", "text": "It is {{ result.order.project_status }}.", "next": "ask"},
     ],
 }
 
@@ -179,7 +161,7 @@ async def test_a_turn_refused_because_its_session_changed_leaves_no_audit_event(
     await platform.tool(
         {"name": "upstream", "type": "http", "config": {"method": "GET", "url": f"{url}/order"}}
     )
-    flow_id = await platform.flow(WITH_TOOL)
+    flow_id = await platform.flow(FLOW)
     session_id = str((await platform.start(flow_id))["id"])
     for _ in range(2):  # compiled for the driver at the second use
         assert "It is ready." in (await platform.say(session_id, "my order"))["reply"]

@@ -38,7 +38,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import (
 )
 from sqlalchemy.util import await_, greenlet_spawn
 
-from parley.kit.prepared import PreparedReads
+from parley.kit.prepared import PreparedRead, PreparedReads
 
 # Isolation levels at which each statement takes its own snapshot (None: the server's default, which
 # the platform leaves at read committed).
@@ -126,6 +126,38 @@ def dbapi() -> DeferredBeginDBAPI:
 log = structlog.get_logger("parley.db")
 
 
+async def _check_out(pool: Any, ready: Callable[[Any], bool]) -> Any:
+    """A connection of the pool: at once when one used a moment ago is idle, else in a greenlet (the
+    check-out may wait, connect or ping)."""
+    at_once = getattr(pool, "connect_at_once", None)
+    fairy: Any = at_once(ready) if at_once is not None else None
+    return fairy if fairy is not None else await greenlet_spawn(pool.connect)
+
+
+def _idle_driver(fairy: Any) -> Any:
+    """The asyncpg connection of a checked-out connection with no transaction open at read committed
+    (each statement its own snapshot), or None."""
+    adapted = fairy.dbapi_connection
+    if (
+        adapted is None
+        or adapted._transaction is not None
+        or adapted.isolation_level not in _PER_STATEMENT_SNAPSHOT
+    ):
+        return None
+    return adapted.driver_connection
+
+
+async def _describe(driver: Any, prepared: PreparedRead) -> None:
+    """The columns' conversions, from the type codes the server reports for the statement."""
+    if prepared.processors is not None:
+        return
+    if not prepared.columns:
+        prepared.describe(None)
+        return
+    described = await driver.prepare(prepared.sql)
+    prepared.describe([attribute.type.oid for attribute in described.get_attributes()])
+
+
 class PooledReader:
     """Reads outside any transaction, straight on asyncpg with a connection of the pool.
 
@@ -149,29 +181,16 @@ class PooledReader:
 
     async def rows(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, list[Any]]:
         """(True, the rows) when read here; (False, []) when the caller must read."""
-        prepared = self._prepared.of(statement)
-        if prepared is None:
+        ready = self._prepared.bound([(statement, parameters)])
+        if ready is None:
             return False, []
+        (prepared,), (values,) = ready
+        fairy = await _check_out(self.pool, self.ready)
         try:
-            values = prepared.parameters(parameters)
-        except KeyError:
-            return False, []  # the usual way reports the missing value
-        at_once = getattr(self.pool, "connect_at_once", None)
-        fairy: Any = at_once(self.ready) if at_once is not None else None
-        if fairy is None:
-            fairy = await greenlet_spawn(self.pool.connect)  # may wait, connect or ping: in a greenlet
-        try:
-            adapted = fairy.dbapi_connection
-            if (
-                adapted is None
-                or adapted._transaction is not None
-                or adapted.isolation_level not in _PER_STATEMENT_SNAPSHOT
-            ):
+            driver = _idle_driver(fairy)
+            if driver is None:
                 return False, []
-            driver = adapted.driver_connection
-            if prepared.processors is None:  # the columns' type codes, as the adapter's description has them
-                described = await driver.prepare(prepared.sql)
-                prepared.describe([attribute.type.oid for attribute in described.get_attributes()])
+            await _describe(driver, prepared)
             records = await driver.fetch(prepared.sql, *values)
         except asyncpg.PostgresError as error:
             if driver.is_closed():  # the server ended the connection (a shutdown, a terminated backend)
@@ -214,34 +233,17 @@ class PooledWriter:
     async def transaction(self, steps: list[tuple[Any, dict[str, Any]]]) -> tuple[bool, list[list[Any]]]:
         """(True, each statement's returned rows) once committed; (False, []) when nothing was written,
         which is also the answer when the first statement returns columns but no row."""
-        # Every statement is looked at (each is prepared at its second use), then all must be ready.
-        looked = [self._prepared.of(statement) for statement, _ in steps]
-        prepared = [one for one in looked if one is not None]
-        if len(prepared) < len(steps):
+        ready = self._prepared.bound(steps)
+        if ready is None:
             return False, []
+        prepared, bound = ready
+        fairy = await _check_out(self.pool, self.ready)
         try:
-            bound = [p.parameters(values) for p, (_, values) in zip(prepared, steps, strict=True)]
-        except KeyError:
-            return False, []
-        at_once = getattr(self.pool, "connect_at_once", None)
-        fairy: Any = at_once(self.ready) if at_once is not None else None
-        if fairy is None:
-            fairy = await greenlet_spawn(self.pool.connect)
-        try:
-            adapted = fairy.dbapi_connection
-            if (
-                adapted is None
-                or adapted._transaction is not None
-                or adapted.isolation_level not in _PER_STATEMENT_SNAPSHOT
-            ):
+            driver = _idle_driver(fairy)
+            if driver is None:
                 return False, []
-            driver = adapted.driver_connection
             for p in prepared:
-                if p.processors is None and p.columns:
-                    described = await driver.prepare(p.sql)
-                    p.describe([attribute.type.oid for attribute in described.get_attributes()])
-                elif p.processors is None:
-                    p.describe(None)
+                await _describe(driver, p)
             fetched: list[list[Any]] = []
             try:
                 # Plain BEGIN/COMMIT (the server's default isolation, read committed, as every unit of work)

@@ -88,6 +88,23 @@ class PreparedReads:
         self._prepared: weakref.WeakKeyDictionary[Any, PreparedRead | None] = weakref.WeakKeyDictionary()
         self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
 
+    def bound(
+        self, steps: list[tuple[Any, dict[str, Any]]]
+    ) -> tuple[list[PreparedRead], list[list[Any]]] | None:
+        """Each statement prepared with its values bound in order, or None when one is not prepared
+        (yet) or lacks a value: the caller goes the usual way. Every statement is looked at, so each
+        is prepared at its second use even when another one is not ready."""
+        looked = [self.of(statement) for statement, _ in steps]
+        prepared = [one for one in looked if one is not None]
+        if len(prepared) < len(steps):
+            return None
+        try:
+            return prepared, [
+                one.parameters(values) for one, (_, values) in zip(prepared, steps, strict=True)
+            ]
+        except KeyError:
+            return None  # the usual way reports the missing value
+
     def of(self, statement: Any) -> PreparedRead | None:
         """The statement prepared, or None when it is not (yet): the caller reads the usual way."""
         try:

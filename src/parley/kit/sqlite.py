@@ -475,13 +475,10 @@ class InlineReader:
 
     def rows(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, list[Any]]:
         """(True, the rows) when read here; (False, []) when the caller must read."""
-        prepared = self._prepared.of(statement)
-        if prepared is None:
+        ready = self._prepared.bound([(statement, parameters)])
+        if ready is None:
             return False, []
-        try:
-            bound = prepared.parameters(parameters)
-        except KeyError:
-            return False, []  # the usual way reports the missing value
+        (prepared,), (bound,) = ready
         if not self._in_use.acquire(blocking=False):
             return False, []
         try:
@@ -559,15 +556,10 @@ class InlineWriter:
         """(True, each statement's returned rows) once committed here; (False, []) when nothing was
         written and the caller must write the usual way, which is also the answer when the first
         statement returns columns but no row (an ``UPDATE ... RETURNING`` that did not find its row)."""
-        # Every statement is looked at (each is prepared at its second use), then all must be ready.
-        looked = [self._prepared.of(statement) for statement, _ in steps]
-        prepared = [one for one in looked if one is not None]
-        if len(prepared) < len(steps):
+        ready = self._prepared.bound(steps)
+        if ready is None:
             return False, []
-        try:
-            bound = [p.parameters(values) for p, (_, values) in zip(prepared, steps, strict=True)]
-        except KeyError:
-            return False, []
+        prepared, bound = ready
         if not self._in_use.acquire(blocking=False):
             return False, []
         try:
