@@ -6,6 +6,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -138,26 +139,36 @@ def committed_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[st
         pg.drop_database(name)
 
 
-@pytest.fixture
-async def committed_platform(
-    tmp_path: Path, committed_url: str
-) -> AsyncIterator[tuple[httpx.AsyncClient, Database]]:
-    """The app on ``committed_url`` as ``parley serve`` runs it (its own ``Database``: row readers
-    included), and a client for it."""
-    database = Database.from_url(committed_url, pool_size=4)
+@asynccontextmanager
+async def committed_app(
+    tmp_path: Path, url: str, **overrides: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, Database, Any]]:
+    """The app on ``url`` as ``parley serve`` runs it (its own ``Database``: row readers and writers
+    included; ``overrides`` are settings), a client for it, and the app."""
+    database = Database.from_url(url, pool_size=4)
     settings = Settings(
         data_dir=tmp_path / "data",
-        database_url=committed_url,
+        database_url=url,
         auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
         log_json=False,
+        **overrides,
     )
     app = create_app(settings, database=database)
     try:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://parley.test") as client:
-            yield client, database
+            yield client, database, app
     finally:
         await database.dispose()
+
+
+@pytest.fixture
+async def committed_platform(
+    tmp_path: Path, committed_url: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, Database]]:
+    """The app on ``committed_url`` as ``parley serve`` runs it (see ``committed_app``), and a client."""
+    async with committed_app(tmp_path, committed_url) as (client, database, _app):
+        yield client, database
 
 
 TokenFactory = Callable[..., str]

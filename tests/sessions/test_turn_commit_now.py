@@ -11,16 +11,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from parley.app import create_app
-from parley.config import Settings
 from parley.kit.db import Database, unit_of_work
-from tests.conftest import JWT_SECRET, auth
+from tests.conftest import auth, committed_app
 from tests.kit.test_read_first import Counts
 from tests.live import serve_in_thread
 from tests.organizations.test_router import ALICE, create_org
@@ -48,23 +45,13 @@ def meanwhile() -> Iterator[tuple[Meanwhile, str]]:
 @pytest.fixture
 async def committed(tmp_path: Path, committed_url: str) -> AsyncIterator[tuple[Platform, Database]]:
     """The app on its own committed database (row readers and writers included), 127.0.0.1 allowed."""
-    database = Database.from_url(committed_url, pool_size=4)
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        database_url=committed_url,
-        auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
-        log_json=False,
-        outbound_allowlist=["127.0.0.1"],
-    )
-    app = create_app(settings, database=database)
-    try:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://parley.test"
-        ) as client:
-            org = str((await create_org(client))["id"])
-            yield Platform(client, auth(ALICE, org), org, app), database
-    finally:
-        await database.dispose()
+    async with committed_app(tmp_path, committed_url, outbound_allowlist=["127.0.0.1"]) as (
+        client,
+        database,
+        app,
+    ):
+        org = str((await create_org(client))["id"])
+        yield Platform(client, auth(ALICE, org), org, app), database
 
 
 async def _audit(database: Database, session_id: str) -> list[dict[str, Any]]:
