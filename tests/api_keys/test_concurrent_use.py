@@ -18,13 +18,10 @@ import pytest
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.app import create_app
 from parley.auth.dependencies import on_authenticated
 from parley.auth.principal import Principal
-from parley.config import Settings
-from parley.kit.db import Database
 from tests import migrated
-from tests.conftest import JWT_SECRET, auth
+from tests.conftest import auth, committed_app
 from tests.organizations.test_router import ALICE, create_org
 
 
@@ -37,17 +34,8 @@ def sqlite_file(tmp_path: Path) -> tuple[str, Path]:
 @pytest.fixture
 async def platform(tmp_path: Path, sqlite_file: tuple[str, Path]) -> AsyncIterator[tuple[Any, Path]]:
     url, path = sqlite_file
-    database = Database.from_url(url, pool_size=4)
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        database_url=url,
-        auth_jwt_secret=JWT_SECRET,  # type: ignore[arg-type]
-        log_json=False,
-    )
-    try:
-        yield create_app(settings, database=database), path
-    finally:
-        await database.dispose()
+    async with committed_app(tmp_path, url) as (_client, _database, app):
+        yield app, path
 
 
 async def test_a_get_noting_a_key_use_answers_when_another_connection_committed_meanwhile(

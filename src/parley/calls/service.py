@@ -237,18 +237,26 @@ async def publish_ended(session: AsyncSession, call: Call, *, jobs: JobQueue | N
     return True
 
 
+# What every call event says of the call besides its id (``_facts``).
+_FACT_COLUMNS = (
+    "session_id",
+    "flow_id",
+    "flow_version",
+    "channel",
+    "direction",
+    "caller",
+    "callee",
+    "started_at",
+)
+
+
+def _facts(values: dict[str, Any]) -> dict[str, Any]:
+    """The call's facts from its column values: ``call_id`` and :data:`_FACT_COLUMNS`."""
+    return {"call_id": values["id"], **{name: values[name] for name in _FACT_COLUMNS}}
+
+
 def _call_facts(call: Call) -> dict[str, Any]:
-    return {
-        "call_id": call.id,
-        "session_id": call.session_id,
-        "flow_id": call.flow_id,
-        "flow_version": call.flow_version,
-        "channel": call.channel,
-        "direction": call.direction,
-        "caller": call.caller,
-        "callee": call.callee,
-        "started_at": call.started_at,
-    }
+    return _facts({name: getattr(call, name) for name in ("id", *_FACT_COLUMNS)})
 
 
 # The columns call.ended carries (``_ended_data``).
@@ -293,15 +301,7 @@ def _ended_data(call: dict[str, Any]) -> dict[str, Any]:
     """``call.ended``'s data from the call's column values (the row as ``store_call`` writes it)."""
     filename = call["recording_filename"]
     return {
-        "call_id": call["id"],
-        "session_id": call["session_id"],
-        "flow_id": call["flow_id"],
-        "flow_version": call["flow_version"],
-        "channel": call["channel"],
-        "direction": call["direction"],
-        "caller": call["caller"],
-        "callee": call["callee"],
-        "started_at": call["started_at"],
+        **_facts(call),
         "ended_at": call["ended_at"],
         "duration_seconds": call["duration_seconds"],
         "outcome": call["outcome"],

@@ -268,7 +268,7 @@ async def _run_http(
     url, request = await asyncio.to_thread(_render_request, settings, tool, config, arguments)
     policy = outbound_policy(settings)
     if config.auth is None:
-        result = await _call(policy, config.method, url, config.timeout_seconds, request)
+        result = await _call(policy, config.method, url, config.timeout_seconds, **request)
     else:
         result = await _call_connected(session, settings, tool, config.auth, config, url, request)
     if config.response_mapping and result.status == "ok" and isinstance(result.result, dict | list):
@@ -324,7 +324,7 @@ async def _call_connected(
     for attempt in range(2):
         headers = {**request["headers"], auth.header: _header_value(auth.header, auth.value(token.token))}
         result = await _call(
-            policy, config.method, url, config.timeout_seconds, {**request, "headers": headers}
+            policy, config.method, url, config.timeout_seconds, **{**request, "headers": headers}
         )
         if result.http_status != 401 or token.refreshed or attempt:
             break
@@ -338,7 +338,12 @@ async def _call_connected(
 
 
 async def _call(
-    policy: OutboundPolicy, method: str, url: str, seconds: float, request: dict[str, Any]
+    policy: OutboundPolicy,
+    method: str,
+    url: str,
+    seconds: float,
+    headers: dict[str, str],
+    json: Any = None,
 ) -> ToolResult:
     try:
         # No client per call: the request goes straight to the connections kept for its origin.
@@ -346,8 +351,8 @@ async def _call(
             policy,
             method,
             url,
-            headers=request.get("headers"),
-            json=request.get("json"),
+            headers=headers,
+            json=json,
             timeout=seconds,  # every step and the whole call, however slowly the body trickles in
             limit=MAX_RESPONSE_BYTES,
         )
@@ -431,7 +436,7 @@ async def _run_order_lookup(
     if api_key:
         headers["X-API-Key"] = _header_value("X-API-Key", api_key)
     url = f"{base}/api/orders/{quote(order_id, safe='')}"
-    result = await _call(policy, "GET", url, config.timeout_seconds, {"headers": headers})
+    result = await _call(policy, "GET", url, config.timeout_seconds, headers)
     envelope = result.result
     if result.http_status == 404 and isinstance(envelope, dict) and "success" in envelope:
         # "No such order" is an answer the flow branches on, not a failure of the tool.
