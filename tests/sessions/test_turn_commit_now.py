@@ -1,7 +1,8 @@
-"""A turn that goes on is committed with its audit event in one transaction on the driver
-(``kit.db.commit_now``: SQLite's inline writer, PostgreSQL's pooled writer), on a database whose writes
-commit as under ``parley serve``. What is stored must be what the usual way stores, and a turn refused
-because its session changed meanwhile must leave nothing behind, its audit event included."""
+"""A turn that goes on, and a turn that ends the conversation with nothing but its call record to
+write, are committed with the audit event in one transaction on the driver (``kit.db.commit_now``:
+SQLite's inline writer, PostgreSQL's pooled writer), on a database whose writes commit as under
+``parley serve``. What is stored must be what the usual way stores, and a turn refused because its
+session changed meanwhile must leave nothing behind, its audit event included."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from parley.kit.db import Database, unit_of_work
@@ -35,10 +38,15 @@ LOOP: dict[str, Any] = {
 }
 
 
+async def _received(_request: Request) -> Response:
+    return Response(status_code=204)
+
+
 @pytest.fixture(scope="module")
 def meanwhile() -> Iterator[tuple[Meanwhile, str]]:
     upstream = Meanwhile()
-    with serve_in_thread(Starlette(routes=[Route("/order", upstream.answer)])) as url:
+    routes = [Route("/order", upstream.answer), Route("/hook", _received, methods=["POST"])]
+    with serve_in_thread(Starlette(routes=routes)) as url:
         yield upstream, url
 
 
@@ -193,3 +201,151 @@ async def test_a_turn_by_api_key_commits_the_keys_use_with_it(committed: tuple[P
             text("SELECT last_used_at FROM api_keys WHERE id = :id"), {"id": created.json()["id"]}
         )
     assert used is not None
+
+
+# Ends at its second turn: "bye" says goodbye and ends the conversation.
+ENDING: dict[str, Any] = {
+    "language": "en",
+    "variables": {},
+    "start_node": "ask",
+    "nodes": [
+        {"id": "ask", "type": "collect", "variable": "q", "prompt": "Go on.", "next": "tell"},
+        {"id": "tell", "type": "say", "text": "You said {{ q }}.", "next": "last"},
+        {"id": "last", "type": "collect", "variable": "r", "prompt": "Anything else?", "next": "bye"},
+        {"id": "bye", "type": "end", "text": "Goodbye."},
+    ],
+}
+# What differs from one conversation to the next in a stored call (its ids and times).
+_VARIES = {"id", "session_id", "started_at", "ended_at", "created_at", "updated_at", "duration_seconds"}
+
+
+async def _stored_call(database: Database, session_id: str) -> dict[str, Any]:
+    async with unit_of_work(database, write=False) as session:
+        rows = (
+            await session.execute(text("SELECT * FROM calls WHERE session_id = :id"), {"id": session_id})
+        ).all()
+    assert len(rows) == 1, rows
+    call = dict(rows[0]._mapping)
+    for key, value in call.items():
+        if isinstance(value, str) and value[:1] in "[{":  # JSON as text through a plain text() query
+            call[key] = json.loads(value)
+    return call
+
+
+def _comparable(call: dict[str, Any]) -> dict[str, Any]:
+    """A stored call without what differs between two runs of the same conversation: ids, times and
+    measured milliseconds."""
+    measured = {"at", "engine_ms", "tool_ms"}
+    kept = {key: value for key, value in call.items() if key not in _VARIES}
+    kept["variables"] = {k: v for k, v in kept["variables"].items() if k != "session_id"}
+    for key in ("transcript", "turn_metrics"):
+        kept[key] = [{k: v for k, v in item.items() if k not in measured} for item in kept[key]]
+    return kept
+
+
+async def _converse_to_the_end(platform: Platform, flow_id: str) -> tuple[str, dict[str, Any]]:
+    session_id = str((await platform.start(flow_id))["id"])
+    assert (await platform.say(session_id, "one"))["status"] == "active"
+    ended = await platform.say(session_id, "nothing")
+    return session_id, ended
+
+
+async def test_an_ending_turn_is_written_with_its_call_and_audit_event_without_an_orm_session(
+    committed: tuple[Platform, Database],
+) -> None:
+    platform, database = committed
+    flow_id = await platform.flow(ENDING)
+    # The first conversation ends the usual way (statements are compiled for the driver at their second
+    # use); the third is written by the driver. Both must store the same call.
+    first, _ = await _converse_to_the_end(platform, flow_id)
+    await _converse_to_the_end(platform, flow_id)
+    session_id = str((await platform.start(flow_id))["id"])
+    await platform.say(session_id, "one")
+    with Counts(database) as counts:
+        ended = await platform.say(session_id, "nothing")
+    assert ended["status"] == "ended" and ended["outcome"] == "completed" and ended["reply"] == "Goodbye."
+    assert counts.orm_statements == 0
+    if database.inline_writer is not None:
+        assert counts.checkouts == 0
+
+    by_driver, usual = await _stored_call(database, session_id), await _stored_call(database, first)
+    assert _comparable(by_driver) == _comparable(usual)
+    assert by_driver["turn_count"] == 6 and by_driver["outcome"] == "completed"
+    assert by_driver["ended_event_pending"] in (False, 0)
+    shown = (await platform.get(f"/api/sessions/{session_id}")).json()
+    assert shown["status"] == "ended" and shown["ended_at"] is not None
+    assert await _version(database, session_id) == 3
+    events = await _audit(database, session_id)
+    assert [e["action"] for e in events] == ["send_session_message"] * 2
+    listed = await platform.get("/api/calls", params={"limit": 50})
+    assert by_driver["id"] in [c["id"] for c in listed.json()["items"]]
+
+
+async def test_an_ending_turn_with_a_call_ended_subscriber_goes_the_usual_way_and_sends_it(
+    committed: tuple[Platform, Database], meanwhile: tuple[Meanwhile, str]
+) -> None:
+    platform, database = committed
+    _, url = meanwhile
+    subscribed = await platform.post(
+        "/api/webhooks/subscriptions",
+        {"url": f"{url}/hook", "event_types": ["call.ended"], "secret": "s" * 24},
+    )
+    assert subscribed.status_code == 200, subscribed.text
+    flow_id = await platform.flow(ENDING)
+    for _ in range(2):
+        await _converse_to_the_end(platform, flow_id)
+    session_id = str((await platform.start(flow_id))["id"])
+    await platform.say(session_id, "one")
+    with Counts(database) as counts:
+        ended = await platform.say(session_id, "nothing")
+    assert ended["status"] == "ended"
+    assert counts.orm_statements > 0  # the event and its delivery are written with the call
+    call = await _stored_call(database, session_id)
+    async with unit_of_work(database, write=False) as session:
+        sent = (
+            await session.execute(
+                text("SELECT type, data FROM webhook_events WHERE organization_id = :org"),
+                {"org": platform.org},
+            )
+        ).all()
+    ended_events = [json.loads(d) if isinstance(d, str) else d for t, d in sent if t == "call.ended"]
+    assert call["id"] in [data["call_id"] for data in ended_events]
+    assert len(await _audit(database, session_id)) == 2
+
+
+async def test_an_ending_turn_whose_session_turned_voice_meanwhile_records_the_voice_call(
+    committed: tuple[Platform, Database], meanwhile: tuple[Meanwhile, str]
+) -> None:
+    # A voice transport attached while the last turn's tool call was out (``mark_voice_connected``:
+    # no new version). The call record must say so (its call.ended waits for the voice facts), as the
+    # usual way, which reads the row as written, records it.
+    platform, database = committed
+    upstream, url = meanwhile
+    await platform.tool(
+        {"name": "upstream", "type": "http", "config": {"method": "GET", "url": f"{url}/order"}}
+    )
+    flow = {
+        **FLOW,
+        "nodes": [*FLOW["nodes"][:2], {"id": "tell", "type": "end", "text": "It is done."}],
+    }
+    flow_id = await platform.flow(flow)
+    for _ in range(2):  # compiled for the driver at the second use
+        session_id = str((await platform.start(flow_id))["id"])
+        assert (await platform.say(session_id, "my order"))["status"] == "ended"
+        assert (await _stored_call(database, session_id))["ended_event_pending"] in (False, 0)
+
+    session_id = str((await platform.start(flow_id))["id"])
+
+    async def attach() -> None:
+        async with unit_of_work(database) as session:
+            await session.execute(
+                text("UPDATE conversation_sessions SET voice_connected = :yes WHERE id = :id"),
+                {"id": session_id, "yes": True},
+            )
+
+    upstream.loop = asyncio.get_running_loop()
+    upstream.change = attach
+    ended = await platform.say(session_id, "my order")
+    assert ended["status"] == "ended" and ended["reply"] == "It is done."
+    assert (await _stored_call(database, session_id))["ended_event_pending"] in (True, 1)
+    assert len(await _audit(database, session_id)) == 1

@@ -6,6 +6,7 @@ import re
 import statistics
 import typing
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
@@ -28,6 +29,7 @@ from sqlalchemy import (
     type_coerce,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.expression import Executable
 from ulid import ULID
 
 from parley.auth.principal import OrgContext
@@ -46,6 +48,7 @@ from parley.calls.filters import CallFilters
 from parley.calls.models import Call
 from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, OutboundCallIn, OutboundCallOut
 from parley.config import Settings
+from parley.flows.definition import AnalysisSettings
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
 from parley.kit.db import UTCDateTime, after_commit, loads_json, read_rows, utcnow
 from parley.kit.errors import NotFound, ServiceUnavailable
@@ -53,7 +56,7 @@ from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.pagination import PageParams, bound_keyset, keyset_values, page_of
 from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
-from parley.webhooks.service import publish_event
+from parley.webhooks.service import publish_event, wants_event
 
 log = structlog.get_logger("parley.calls")
 
@@ -104,6 +107,49 @@ async def _recording_filename(session: AsyncSession, record: CallRecordIn) -> st
 # created_at/updated_at take their column defaults).
 _INSERT_CALL = insert(typing.cast(Table, Call.__table__))
 _JSON_DUMPS = TypeAdapter(list[Any])  # a list of models to JSON-able dicts, in one step
+# The same row with every column a named value (created_at/updated_at too, and no default computed per
+# execution): a statement compiled once, which the driver writers of kit.db.commit_now can run.
+_PLAIN_CALL_COLUMNS = [
+    "id",
+    "organization_id",
+    "session_id",
+    "flow_id",
+    "flow_version",
+    "channel",
+    "direction",
+    "caller",
+    "callee",
+    "language",
+    "started_at",
+    "ended_at",
+    "duration_seconds",
+    "outcome",
+    "end_reason",
+    "transferred_to",
+    "transferred_at",
+    "transfer_status",
+    "transcript",
+    "tool_calls",
+    "turn_metrics",
+    "variables",
+    "turn_count",
+    "mean_voice_latency_ms",
+    "llm_prompt_tokens",
+    "llm_completion_tokens",
+    "tts_characters",
+    "stt_seconds",
+    "ended_event_pending",
+    "has_signals",
+    "signal_types",
+    "recording_filename",
+    "blob_key",
+    "analysis_status",
+    "created_at",
+    "updated_at",
+]
+_PLAIN_INSERT_CALL = insert(typing.cast(Table, Call.__table__)).values(
+    {name: bindparam(name) for name in _PLAIN_CALL_COLUMNS}
+)
 
 
 async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQueue | None = None) -> Call:
@@ -128,6 +174,33 @@ async def store_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQu
     an ``analysis`` block the post-call analysis (:mod:`parley.calls.analysis`) is queued after the
     commit as well.
     """
+    return await write_call(session, await plan_call(session, record), jobs=jobs)
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    """A call record made ready to store (:func:`plan_call`): the row's values and what goes with it."""
+
+    values: dict[str, Any]
+    raised: list[brain.Raised]
+    spec: AnalysisSettings | None
+
+    @property
+    def call_id(self) -> str:
+        return str(self.values["id"])
+
+    @property
+    def organization_id(self) -> str:
+        return str(self.values["organization_id"])
+
+    @property
+    def sends_events(self) -> bool:
+        return sends_events(self.values["channel"])
+
+
+async def plan_call(session: AsyncSession, record: CallRecordIn) -> PlannedCall:
+    """The call row :func:`store_call` writes for ``record``, its brain signals and the flow's analysis
+    block; it only reads (``session`` for the recording name, the analysis block: usually cached)."""
     started, ended = _aware(record.started_at), _aware(record.ended_at)
     organization_id = record.organization_id
     metrics: list[dict[str, Any]] = _JSON_DUMPS.dump_python(record.turn_metrics, mode="json")
@@ -139,8 +212,7 @@ async def store_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQu
         transcript = sorted(transcript, key=lambda t: t.index)
     flow_id, flow_version, channel = _fit(record.flow_id, 40), record.flow_version, record.channel
     spec = await analysis.spec_of(session, organization_id, flow_id, flow_version)
-    events = sends_events(channel)
-    call: dict[str, Any] = {
+    values: dict[str, Any] = {
         "id": f"call_{ULID.from_datetime(started)}",
         "organization_id": organization_id,
         "session_id": _fit(record.session_id, 80) or "",
@@ -171,38 +243,73 @@ async def store_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQu
         "stt_seconds": record.usage.stt_seconds,
         # A voice call's call.ended waits for its recording, voice metrics and speech usage
         # (attach_voice); the calls.publish_ended job sends it without them if the transport never reports.
-        "ended_event_pending": events and record.voice_connected,
+        "ended_event_pending": sends_events(channel) and record.voice_connected,
         "has_signals": bool(signal_types),
         "signal_types": signal_types,
         "recording_filename": filename,
         "blob_key": recording_blob_key(organization_id, filename) if filename else None,
         "analysis_status": "pending" if spec is not None else None,
     }
-    call_id: str = call["id"]
-    await session.execute(_INSERT_CALL, call)  # before the signals, which reference the call
+    return PlannedCall(values, raised, spec)
+
+
+async def write_call(session: AsyncSession, call: PlannedCall, *, jobs: JobQueue | None = None) -> str:
+    """Write a planned call in ``session``'s transaction: the row, its signals, ``call.ended`` (now or
+    later), and what is queued after the commit (:func:`store_call`)."""
+    call_id, organization_id = call.call_id, call.organization_id
+    await session.execute(_INSERT_CALL, call.values)  # before the signals, which reference the call
     await brain.raise_signals(
         session,
-        raised,
+        call.raised,
         organization_id=organization_id,
         call_id=call_id,
-        flow_id=flow_id,
+        flow_id=call.values["flow_id"],
         jobs=jobs,
-        publish=events,
+        publish=call.sends_events,
     )
+    if not call.values["ended_event_pending"] and call.sends_events:
+        await publish_event(session, organization_id, "call.ended", _ended_data(call.values), jobs=jobs)
+    await queue_after_call(session, call, jobs=jobs)
+    return call_id
+
+
+async def plain_call_insert(
+    session: AsyncSession, call: PlannedCall
+) -> tuple[Executable, dict[str, Any]] | None:
+    """The planned call as one plain INSERT (every column a value, ``kit.db.commit_now`` may write it)
+    when that row is all :func:`write_call` would write: no brain signal raised, and no webhook
+    subscriber wants ``call.ended`` now. None otherwise. After it is written, :func:`queue_after_call`."""
+    if call.raised:
+        return None
+    if (
+        call.sends_events
+        and not call.values["ended_event_pending"]
+        and await wants_event(session, call.organization_id, "call.ended")
+    ):
+        return None
+    now = utcnow()
+    return _PLAIN_INSERT_CALL, {**call.values, "created_at": now, "updated_at": now}
+
+
+async def queue_after_call(session: AsyncSession, call: PlannedCall, *, jobs: JobQueue | None = None) -> None:
+    """What a stored call queues once its transaction commits: a voice call's late ``call.ended``, the
+    sentiment classifier (``jobs`` given, a provider configured) and the flow's post-call analysis."""
+    call_id = call.call_id
     runner: JobQueue | None = jobs or session.info.get("jobs")
-    if call["ended_event_pending"]:
-        if runner is not None:  # without a queue, the job's recovery picks it up at the next start
-            _publish_ended_later(session, runner, call_id)
-    elif events:
-        await publish_event(session, organization_id, "call.ended", _ended_data(call), jobs=jobs)
+    if call.values["ended_event_pending"] and runner is not None:
+        # without a queue, the job's recovery picks it up at the next start
+        _publish_ended_later(session, runner, call_id)
     if jobs is not None:
         await brain.queue_sentiment(
-            session, jobs, organization_id=organization_id, call_id=call_id, transcript=call["transcript"]
+            session,
+            jobs,
+            organization_id=call.organization_id,
+            call_id=call_id,
+            transcript=call.values["transcript"],
         )
-    if spec is not None and runner is not None:  # without a queue, the job recovery picks it up
+    if call.spec is not None and runner is not None:  # without a queue, the job recovery picks it up
         enqueue_after_commit(session, runner, analysis.ANALYZE_JOB, {"call_id": call_id})
-    log.info("call_recorded", call_id=call_id, signals=len(raised))
-    return call_id
+    log.info("call_recorded", call_id=call_id, signals=len(call.raised))
 
 
 # --- call events (docs/webhooks.md) --------------------------------------------------------------

@@ -14,7 +14,7 @@ import functools
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -694,13 +694,18 @@ async def read_rows_beside(
 
 
 async def commit_now(
-    session: AsyncSession, statement: Executable, parameters: dict[str, Any]
+    session: AsyncSession,
+    statement: Executable,
+    parameters: dict[str, Any],
+    *,
+    then: Sequence[tuple[Executable, dict[str, Any]]] = (),
 ) -> list[Row[Any]] | None:
-    """Run ``statement`` and commit the request's unit of work now, in one transaction on the driver,
-    when it is all the request writes: the rows the statement returns, or None when nothing was written
-    (the caller then executes it in ``session`` as usual, committed at the request's end). A statement
-    that returns columns must return a row to be committed here (an ``UPDATE ... RETURNING`` that finds
-    no row is left to the usual way, which sees the same and answers as it always does).
+    """Run ``statement`` (and the statements of ``then`` after it) and commit the request's unit of
+    work now, in one transaction on the driver, when that is all the request writes: the rows the
+    statement returns, or None when nothing was written (the caller then writes the usual way in
+    ``session``, committed at the request's end). A statement that returns columns must return a row to
+    be committed here (an ``UPDATE ... RETURNING`` that finds no row is left to the usual way, which
+    sees the same and answers as it always does; nothing of ``then`` is written either).
 
     It applies to the handler's session of a write request (``DbSession``) that has not begun and holds
     no changes, when authentication noted none and every before-commit hook is a
@@ -727,7 +732,7 @@ async def commit_now(
     hooks = sync.info.get("before_commit") or []
     if not all(isinstance(hook, PlainStatement) for hook in hooks):
         return None
-    steps = [(statement, parameters), *((hook.statement, hook.values()) for hook in hooks)]
+    steps = [(statement, parameters), *then, *((hook.statement, hook.values()) for hook in hooks)]
     if database.inline_writer is not None:
         done, rows = database.inline_writer.transaction(steps)
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -23,7 +24,13 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from parley.auth.principal import OrgContext
 from parley.calls.contracts import CallRecordIn, Direction
-from parley.calls.service import publish_call_started, store_call
+from parley.calls.service import (
+    plain_call_insert,
+    plan_call,
+    publish_call_started,
+    queue_after_call,
+    store_call,
+)
 from parley.config import Settings
 from parley.flows.definition import FlowDefinition
 from parley.flows.models import Flow, FlowVersion
@@ -405,18 +412,21 @@ _TURN_VALUES = {
     "updated_at": bindparam("now"),
 }
 _WRITE_TURN = update(_SESSIONS).where(*_TURN_CHECK).values(_TURN_VALUES).returning(*_SESSION_COLUMNS)
-_END_TURN = (
+_END_VALUES = {
+    **_TURN_VALUES,
+    "status": "ended",
+    "outcome": bindparam("new_outcome"),
+    "end_reason": bindparam("new_end_reason"),
+    "ended_at": bindparam("now"),
+}
+_END_TURN = update(_SESSIONS).where(*_TURN_CHECK).values(_END_VALUES).returning(*_SESSION_COLUMNS)
+# An ending turn committed at once writes the call record planned from the row as it was read, so its
+# UPDATE also checks what the record takes from the row and may change without a new version (a voice
+# transport attaching, ``mark_voice_connected``); when it has, the usual way plans from the row as written.
+_END_TURN_AS_READ = (
     update(_SESSIONS)
-    .where(*_TURN_CHECK)
-    .values(
-        {
-            **_TURN_VALUES,
-            "status": "ended",
-            "outcome": bindparam("new_outcome"),
-            "end_reason": bindparam("new_end_reason"),
-            "ended_at": bindparam("now"),
-        }
-    )
+    .where(*_TURN_CHECK, _SESSIONS.c.voice_connected == bindparam("read_voice_connected"))
+    .values(_END_VALUES)
     .returning(*_SESSION_COLUMNS)
 )
 
@@ -442,7 +452,11 @@ async def _write_turn(
     session: AsyncSession, loaded: SessionSnapshot, state: ConversationState, *, commit_at_once: bool = False
 ) -> SessionSnapshot | None:
     """Write a turn (a conversation that ended gets its call record in the same transaction); the row
-    as written, or None when the session changed since it was read (another turn, or it ended)."""
+    as written, or None when the session changed since it was read (another turn, or it ended).
+
+    ``commit_at_once``: the request writes nothing after this, so the turn is committed with its audit
+    event at once where the database allows it (``kit.db.commit_now``): a turn that goes on, and an
+    ending turn whose call record is all its call writes (:func:`parley.calls.service.plain_call_insert`)."""
     data = state.to_json()
     ended = state.status == "ended"
     values = {
@@ -456,9 +470,13 @@ async def _write_turn(
     if ended:
         values["new_outcome"] = state.outcome
         values["new_end_reason"] = (state.end_reason or "")[:60] or None
-    statement = _END_TURN if ended else _WRITE_TURN
-    # A turn that goes on writes only this row (and the request's audit event): committed at once on the
-    # driver where the database allows it; an ending turn writes its call record with it, the usual way.
+        if commit_at_once:
+            committed = await _commit_ending(session, loaded, state, values)
+            if committed is not None:
+                return committed
+        statement = _END_TURN
+    else:
+        statement = _WRITE_TURN
     rows = await commit_now(session, statement, values) if commit_at_once and not ended else None
     if rows is None:
         rows = list((await session.execute(statement, values)).all())
@@ -469,6 +487,42 @@ async def _write_turn(
     if ended:
         await store_call(session, call_record(row, state), jobs=session.info.get("jobs"))
     return row
+
+
+async def _commit_ending(
+    session: AsyncSession, loaded: SessionSnapshot, state: ConversationState, values: dict[str, Any]
+) -> SessionSnapshot | None:
+    """An ending turn, its call row and the audit event committed at once (``kit.db.commit_now``), the
+    call planned from the row as read and ended by this turn. None when that cannot be (a brain signal
+    or a ``call.ended`` subscriber: more to write; the database busy; the row changed): nothing was
+    written and the caller goes the usual way."""
+    now = values["now"]
+    ending = replace(
+        loaded,
+        state=values["new_state"],
+        version=loaded.version + 1,
+        language=values["new_language"],
+        status="ended",
+        outcome=values["new_outcome"],
+        end_reason=values["new_end_reason"],
+        ended_at=now,
+        last_activity_at=now,
+        updated_at=now,
+    )
+    call = await plan_call(session, call_record(ending, state))
+    insert_call = await plain_call_insert(session, call)
+    if insert_call is None:
+        return None
+    rows = await commit_now(
+        session,
+        _END_TURN_AS_READ,
+        {**values, "read_voice_connected": loaded.voice_connected},
+        then=[insert_call],
+    )
+    if not rows:
+        return None
+    await queue_after_call(session, call, jobs=session.info.get("jobs"))
+    return SessionSnapshot(**rows[0]._mapping, state=values["new_state"])
 
 
 async def send_message(

@@ -202,6 +202,12 @@ async def _subscribers(session: AsyncSession, organization_id: str) -> tuple[_Su
     return await cached(session, _SUBSCRIBERS, organization_id, load)
 
 
+async def wants_event(session: AsyncSession, organization_id: str, event_type: str) -> bool:
+    """Whether an active subscription of the organization wants ``event_type`` (cached, as for
+    :func:`publish_event`): when none does, publishing it writes nothing."""
+    return any(event_type in s.event_types for s in await _subscribers(session, organization_id))
+
+
 async def publish_event(
     session: AsyncSession,
     organization_id: str,
