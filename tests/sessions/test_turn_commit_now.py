@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from parley.kit.db import Database, unit_of_work
+from parley.kit.jobs import runner_for
 from tests.conftest import auth, committed_app
 from tests.kit.test_read_first import Counts
 from tests.live import serve_in_thread
@@ -281,7 +282,7 @@ async def test_an_ending_turn_is_written_with_its_call_and_audit_event_without_a
     assert by_driver["id"] in [c["id"] for c in listed.json()["items"]]
 
 
-async def test_an_ending_turn_with_a_call_ended_subscriber_goes_the_usual_way_and_sends_it(
+async def test_an_ending_turn_with_a_call_ended_subscriber_writes_the_event_with_it_and_delivers_it(
     committed: tuple[Platform, Database], meanwhile: tuple[Meanwhile, str]
 ) -> None:
     platform, database = committed
@@ -299,17 +300,28 @@ async def test_an_ending_turn_with_a_call_ended_subscriber_goes_the_usual_way_an
     with Counts(database) as counts:
         ended = await platform.say(session_id, "nothing")
     assert ended["status"] == "ended"
-    assert counts.orm_statements > 0  # the event and its delivery are written with the call
+    assert counts.orm_statements == 0  # the event and its delivery are written with the call
     call = await _stored_call(database, session_id)
-    async with unit_of_work(database, write=False) as session:
-        sent = (
-            await session.execute(
-                text("SELECT type, data FROM webhook_events WHERE organization_id = :org"),
+
+    async def deliveries() -> list[tuple[str, str]]:
+        async with unit_of_work(database, write=False) as session:
+            found = await session.execute(
+                text(
+                    "SELECT d.status, e.data FROM webhook_deliveries d "
+                    "JOIN webhook_events e ON e.id = d.event_id WHERE e.type = 'call.ended' "
+                    "AND e.organization_id = :org"
+                ),
                 {"org": platform.org},
             )
-        ).all()
-    ended_events = [json.loads(d) if isinstance(d, str) else d for t, d in sent if t == "call.ended"]
-    assert call["id"] in [data["call_id"] for data in ended_events]
+            return [(status, data) for status, data in found]
+
+    await runner_for(platform.app.state).drain()  # the delivery was queued after the commit
+    mine = [
+        status
+        for status, data in await deliveries()
+        if (json.loads(data) if isinstance(data, str) else data)["call_id"] == call["id"]
+    ]
+    assert mine == ["delivered"]
     assert len(await _audit(database, session_id)) == 2
 
 

@@ -56,7 +56,7 @@ from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.pagination import PageParams, bound_keyset, keyset_values, page_of
 from parley.kit.ranges import Download, ranged_download
 from parley.kit.tenancy import get_owned, scoped
-from parley.webhooks.service import publish_event, wants_event
+from parley.webhooks.service import PlannedEvent, plan_event, publish_event, queue_deliveries
 
 log = structlog.get_logger("parley.calls")
 
@@ -273,29 +273,47 @@ async def write_call(session: AsyncSession, call: PlannedCall, *, jobs: JobQueue
     return call_id
 
 
-async def plain_call_insert(
-    session: AsyncSession, call: PlannedCall
-) -> tuple[Executable, dict[str, Any]] | None:
-    """The planned call as one plain INSERT (every column a value, ``kit.db.commit_now`` may write it)
-    when that row is all :func:`write_call` would write: no brain signal raised, and no webhook
-    subscriber wants ``call.ended`` now. None otherwise. After it is written, :func:`queue_after_call`."""
+@dataclass(frozen=True)
+class PlainCallWrites:
+    """What :func:`write_call` would write for a planned call, as plain statements in order (the call
+    row, then its ``call.ended`` event and deliveries), for ``kit.db.commit_now``."""
+
+    steps: list[tuple[Executable, dict[str, Any]]]
+    ended_event: PlannedEvent | None
+
+
+async def plain_call_writes(session: AsyncSession, call: PlannedCall) -> PlainCallWrites | None:
+    """The planned call's writes as plain statements, when that is all :func:`write_call` would do: no
+    brain signal raised (signals reach notification rules and their own events). None otherwise. It
+    only reads (the webhook subscriptions, cached). Once they are written:
+    :func:`queue_after_call`, with the ``call.ended`` event's deliveries."""
     if call.raised:
         return None
-    if (
-        call.sends_events
-        and not call.values["ended_event_pending"]
-        and await wants_event(session, call.organization_id, "call.ended")
-    ):
-        return None
     now = utcnow()
-    return _PLAIN_INSERT_CALL, {**call.values, "created_at": now, "updated_at": now}
+    steps: list[tuple[Executable, dict[str, Any]]] = [
+        (_PLAIN_INSERT_CALL, {**call.values, "created_at": now, "updated_at": now})
+    ]
+    event = None
+    if call.sends_events and not call.values["ended_event_pending"]:
+        event = await plan_event(session, call.organization_id, "call.ended", _ended_data(call.values))
+        steps += event.statements if event is not None else []
+    return PlainCallWrites(steps, event)
 
 
-async def queue_after_call(session: AsyncSession, call: PlannedCall, *, jobs: JobQueue | None = None) -> None:
-    """What a stored call queues once its transaction commits: a voice call's late ``call.ended``, the
-    sentiment classifier (``jobs`` given, a provider configured) and the flow's post-call analysis."""
+async def queue_after_call(
+    session: AsyncSession,
+    call: PlannedCall,
+    *,
+    jobs: JobQueue | None = None,
+    ended_event: PlannedEvent | None = None,
+) -> None:
+    """What a stored call queues once its transaction commits: its ``call.ended`` deliveries (written
+    with it as ``ended_event``) or a voice call's late ``call.ended``, the sentiment classifier
+    (``jobs`` given, a provider configured) and the flow's post-call analysis."""
     call_id = call.call_id
     runner: JobQueue | None = jobs or session.info.get("jobs")
+    if ended_event is not None:
+        queue_deliveries(session, ended_event, jobs=jobs)
     if call.values["ended_event_pending"] and runner is not None:
         # without a queue, the job's recovery picks it up at the next start
         _publish_ended_later(session, runner, call_id)

@@ -25,7 +25,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from parley.auth.principal import OrgContext
 from parley.calls.contracts import CallRecordIn, Direction
 from parley.calls.service import (
-    plain_call_insert,
+    plain_call_writes,
     plan_call,
     publish_call_started,
     queue_after_call,
@@ -456,7 +456,7 @@ async def _write_turn(
 
     ``commit_at_once``: the request writes nothing after this, so the turn is committed with its audit
     event at once where the database allows it (``kit.db.commit_now``): a turn that goes on, and an
-    ending turn whose call record is all its call writes (:func:`parley.calls.service.plain_call_insert`)."""
+    ending turn whose call writes are plain statements (:func:`parley.calls.service.plain_call_writes`)."""
     data = state.to_json()
     ended = state.status == "ended"
     values = {
@@ -493,9 +493,9 @@ async def _commit_ending(
     session: AsyncSession, loaded: SessionSnapshot, state: ConversationState, values: dict[str, Any]
 ) -> SessionSnapshot | None:
     """An ending turn, its call row and the audit event committed at once (``kit.db.commit_now``), the
-    call planned from the row as read and ended by this turn. None when that cannot be (a brain signal
-    or a ``call.ended`` subscriber: more to write; the database busy; the row changed): nothing was
-    written and the caller goes the usual way."""
+    call planned from the row as read and ended by this turn, with its ``call.ended`` event and
+    deliveries. None when that cannot be (a brain signal raised: more to write; the database busy; the
+    row changed): nothing was written and the caller goes the usual way."""
     now = values["now"]
     ending = replace(
         loaded,
@@ -510,18 +510,18 @@ async def _commit_ending(
         updated_at=now,
     )
     call = await plan_call(session, call_record(ending, state))
-    insert_call = await plain_call_insert(session, call)
-    if insert_call is None:
+    writes = await plain_call_writes(session, call)
+    if writes is None:
         return None
     rows = await commit_now(
         session,
         _END_TURN_AS_READ,
         {**values, "read_voice_connected": loaded.voice_connected},
-        then=[insert_call],
+        then=writes.steps,
     )
     if not rows:
         return None
-    await queue_after_call(session, call, jobs=session.info.get("jobs"))
+    await queue_after_call(session, call, jobs=session.info.get("jobs"), ended_event=writes.ended_event)
     return SessionSnapshot(**rows[0]._mapping, state=values["new_state"])
 
 

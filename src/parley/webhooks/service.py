@@ -13,14 +13,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
 import structlog
 from pydantic_core import to_jsonable_python
-from sqlalchemy import Select, bindparam, select
+from sqlalchemy import Select, Table, bindparam, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.expression import Executable
 
 from parley.auth.principal import OrgContext
 from parley.config import Settings
@@ -202,10 +203,75 @@ async def _subscribers(session: AsyncSession, organization_id: str) -> tuple[_Su
     return await cached(session, _SUBSCRIBERS, organization_id, load)
 
 
-async def wants_event(session: AsyncSession, organization_id: str, event_type: str) -> bool:
-    """Whether an active subscription of the organization wants ``event_type`` (cached, as for
-    :func:`publish_event`): when none does, publishing it writes nothing."""
-    return any(event_type in s.event_types for s in await _subscribers(session, organization_id))
+# An event and its deliveries as plain INSERTs with every column a named value: compiled once, so the
+# driver writers of kit.db.commit_now can write them with what the event is about.
+_INSERT_EVENT = insert(cast(Table, WebhookEvent.__table__)).values(
+    {name: bindparam(name) for name in ("id", "organization_id", "type", "data", "created_at")}
+)
+_DELIVERY_COLUMNS = (
+    "id organization_id kind subscription_id event_id event_type url status attempts created_at updated_at"
+)
+_INSERT_DELIVERY = insert(cast(Table, WebhookDelivery.__table__)).values(
+    {name: bindparam(name) for name in _DELIVERY_COLUMNS.split()}
+)
+
+
+@dataclass(frozen=True)
+class PlannedEvent:
+    """An event to publish (:func:`plan_event`): its INSERT and one per pending delivery, in order."""
+
+    statements: list[tuple[Executable, dict[str, Any]]]
+    delivery_ids: list[str]
+
+
+async def plan_event(
+    session: AsyncSession, organization_id: str, event_type: str, data: Any
+) -> PlannedEvent | None:
+    """``event_type`` with ``data`` and a pending delivery for every active subscription of the
+    organization that wants it, as statements to write; None when no subscription wants it. It only
+    reads (the subscriptions, cached)."""
+    if event_type not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {event_type!r}")
+    wanted = [s for s in await _subscribers(session, organization_id) if event_type in s.event_types]
+    if not wanted:
+        return None
+    now = utcnow()
+    event_id = new_id("evt")
+    event = {
+        "id": event_id,
+        "organization_id": organization_id,
+        "type": event_type,
+        "data": to_jsonable_python(data),
+        "created_at": now,
+    }
+    statements: list[tuple[Executable, dict[str, Any]]] = [(_INSERT_EVENT, event)]
+    for subscriber in wanted:  # after the event, which they reference
+        delivery = {
+            "id": new_id("whd"),
+            "organization_id": organization_id,
+            "kind": "event",
+            "subscription_id": subscriber.id,
+            "event_id": event_id,
+            "event_type": event_type,
+            "url": subscriber.url,
+            "status": "pending",
+            "attempts": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        statements.append((_INSERT_DELIVERY, delivery))
+    return PlannedEvent(statements, [values["id"] for _, values in statements[1:]])
+
+
+def queue_deliveries(session: AsyncSession, planned: PlannedEvent, *, jobs: JobQueue | None = None) -> None:
+    """Queue the planned event's deliveries once ``session``'s unit of work has committed."""
+    runner: JobQueue | None = jobs or session.info.get("jobs")
+    if runner is None:
+        event_id = planned.statements[0][1]["id"]
+        log.warning("webhook_deliveries_not_queued", event_id=event_id, deliveries=len(planned.delivery_ids))
+        return
+    for delivery_id in planned.delivery_ids:
+        enqueue_after_commit(session, runner, DELIVER_JOB, {"delivery_id": delivery_id})
 
 
 async def publish_event(
@@ -219,51 +285,19 @@ async def publish_event(
     """Store ``event_type`` with ``data`` and a pending delivery for every active subscription of the
     organization that wants it; the deliveries are queued once ``session`` commits.
 
-    Call it inside the unit of work that writes what the event is about: it only flushes, so an event
-    exists exactly when its subject does. Nothing is stored when no subscription wants the event.
-    ``jobs`` defaults to the unit of work's queue (``session.info["jobs"]``); without one the pending
-    deliveries are picked up by the job recovery at the next start. Returns the delivery ids.
+    Call it inside the unit of work that writes what the event is about: it writes in that
+    transaction, so an event exists exactly when its subject does. Nothing is stored when no
+    subscription wants the event. ``jobs`` defaults to the unit of work's queue
+    (``session.info["jobs"]``); without one the pending deliveries are picked up by the job recovery at
+    the next start. Returns the delivery ids.
     """
-    if event_type not in EVENT_TYPES:
-        raise ValueError(f"unknown event type {event_type!r}")
-    wanted = [s for s in await _subscribers(session, organization_id) if event_type in s.event_types]
-    if not wanted:
+    planned = await plan_event(session, organization_id, event_type, data)
+    if planned is None:
         return []
-    now = utcnow()
-    event = WebhookEvent(
-        id=new_id("evt"),
-        organization_id=organization_id,
-        type=event_type,
-        data=to_jsonable_python(data),
-        created_at=now,
-    )
-    session.add(event)
-    await session.flush()  # the deliveries reference it
-    deliveries = [
-        WebhookDelivery(
-            id=new_id("whd"),
-            organization_id=organization_id,
-            kind="event",
-            subscription_id=s.id,
-            event_id=event.id,
-            event_type=event_type,
-            url=s.url,
-            status="pending",
-            attempts=0,
-            created_at=now,
-            updated_at=now,
-        )
-        for s in wanted
-    ]
-    session.add_all(deliveries)
-    await session.flush()
-    runner: JobQueue | None = jobs or session.info.get("jobs")
-    if runner is None:
-        log.warning("webhook_deliveries_not_queued", event_id=event.id, deliveries=len(deliveries))
-    else:
-        for delivery in deliveries:
-            enqueue_after_commit(session, runner, DELIVER_JOB, {"delivery_id": delivery.id})
-    return [d.id for d in deliveries]
+    for statement, values in planned.statements:
+        await session.execute(statement, values)
+    queue_deliveries(session, planned, jobs=jobs)
+    return planned.delivery_ids
 
 
 def envelope(event: WebhookEvent, *, test: bool = False) -> dict[str, Any]:
