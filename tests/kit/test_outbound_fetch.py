@@ -30,6 +30,7 @@ async def _who(request: Request) -> JSONResponse:
             "method": request.method,
             "cookie": request.headers.get("cookie"),
             "authorization": request.headers.get("authorization"),
+            "api_key": request.headers.get("x-api-key"),
             "user_agent": request.headers.get("user-agent"),
             "accept_encoding": request.headers.get("accept-encoding"),
             "body": body.decode(),
@@ -156,6 +157,21 @@ async def test_a_redirect_to_another_origin_drops_the_authorization(server: str)
     assert same["authorization"] == "Bearer secret"
     other = await _json(f"{server}/redirect?to=http://localhost:{port}/who", policy, headers=headers)
     assert other["authorization"] is None
+
+
+async def test_a_redirect_to_another_origin_drops_the_named_credentials(server: str) -> None:
+    port = server.rsplit(":", 1)[1]
+    policy = OutboundPolicy.from_entries(["127.0.0.1", "localhost"])
+    headers = {"X-API-Key": "k", "X-Other": "o"}
+    named = {"credentials": ["X-API-Key"]}
+    same = await _json(f"{server}/redirect?to=/who", policy, headers=headers, **named)
+    assert same["api_key"] == "k"
+    other = await _json(f"{server}/redirect?to=http://localhost:{port}/who", policy, headers=headers, **named)
+    assert other["api_key"] is None
+    # Not named: it follows, as httpx's client does.
+    assert (await _json(f"{server}/redirect?to=http://localhost:{port}/who", policy, headers=headers))[
+        "api_key"
+    ] == "k"
 
 
 async def test_a_303_turns_a_post_into_a_get_without_its_body(server: str) -> None:

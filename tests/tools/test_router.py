@@ -259,6 +259,34 @@ async def test_a_redirect_to_loopback_is_refused(
     assert "non-public address" in report["error"]
 
 
+async def test_a_redirect_to_another_origin_leaves_the_secret_headers_behind(
+    make_client: ClientFactory, headers: dict[str, str], stub_url: str
+) -> None:
+    # A header made from a secret is a credential of its origin: a redirect to another origin (here
+    # 127.0.0.1 → localhost, both allowed) drops it, as it drops Authorization; other headers follow.
+    client = make_client(outbound_allowlist=["127.0.0.1", "localhost"])
+    elsewhere = stub_url.replace("127.0.0.1", "localhost")
+    body = http_tool(f"{stub_url}/redirect?to={elsewhere}/echo/x")
+    body["config"]["headers"] = {
+        "X-API-Key": "{{ secrets.token }}",
+        "X-Signed": "v1={% if secrets.token %}yes{% endif %}",
+        "X-Plain": "hello",
+    }
+    tool = await make_tool(client, headers, body)
+    report = (await run(client, headers, tool["id"], order_id="1")).json()
+    assert report["status"] == "ok", report
+    seen = report["result"]["headers"]
+    assert seen["x-plain"] == "hello"
+    assert "x-api-key" not in seen and "x-signed" not in seen and "authorization" not in seen
+
+    same = http_tool(f"{stub_url}/redirect?to=/echo/x")
+    same["name"] = "same_origin"
+    same["config"]["headers"] = {"X-API-Key": "{{ secrets.token }}"}
+    tool = await make_tool(client, headers, same)
+    report = (await run(client, headers, tool["id"], order_id="1")).json()
+    assert report["result"]["headers"]["x-api-key"] == TOKEN
+
+
 async def test_order_lookup_against_the_real_connector(
     make_client: ClientFactory, headers: dict[str, str], connector: dict[str, str], stub_url: str
 ) -> None:

@@ -16,7 +16,7 @@ import socket
 import ssl
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -503,13 +503,16 @@ async def fetch(
     timeout: float = 10.0,
     limit: int,
     max_redirects: int = 5,
+    credentials: Collection[str] = (),
 ) -> Answer:
     """One call over the connections kept between calls (as ``guarded_client(keep_connections=True)``),
     without building a client: the request goes straight to the kept transport.
 
     The same guarantees as a guarded client: every connection (each redirect's too) is vetted by the
     policy where it is opened; redirects are followed hop by hop, up to ``max_redirects``, with the
-    client's rules (303/302 become GET, Authorization is dropped on a change of origin); ``timeout``
+    client's rules (303/302 become GET, Authorization is dropped on a change of origin, and so are the
+    headers named in ``credentials``: an API key in a header of its own stays with its origin as a
+    bearer token does); ``timeout``
     bounds the whole call (and connecting), however slowly a body trickles in; each body is read up to
     ``limit`` bytes (:class:`UpstreamError` beyond). Nothing outlives the call but the connection: a
     cookie set by a redirect goes to the next hop of this call only, never to another call."""
@@ -533,14 +536,17 @@ async def fetch(
                 if "set-cookie" in response.headers:
                     cookies = cookies if cookies is not None else httpx.Cookies()
                     cookies.extract_cookies(response)
-                request = _redirected(request, response, cookies)
+                request = _redirected(request, response, cookies, credentials)
             finally:
                 await response.aclose()
         raise httpx.TooManyRedirects("Exceeded maximum allowed redirects.", request=request)
 
 
 def _redirected(
-    request: httpx.Request, response: httpx.Response, cookies: httpx.Cookies | None
+    request: httpx.Request,
+    response: httpx.Response,
+    cookies: httpx.Cookies | None,
+    credentials: Collection[str] = (),
 ) -> httpx.Request:
     """The next hop's request, by the rules of ``httpx.AsyncClient`` (``_build_redirect_request``)."""
     method = request.method
@@ -566,6 +572,8 @@ def _redirected(
         ):
             # Not a plain upgrade to HTTPS on the same host: the credentials stay with their origin.
             headers.pop("Authorization", None)
+            for name in credentials:
+                headers.pop(name, None)
         headers["Host"] = url.netloc.decode("ascii")
     stream: httpx.SyncByteStream | httpx.AsyncByteStream | None = request.stream
     if method != request.method and method == "GET":

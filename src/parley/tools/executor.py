@@ -14,6 +14,7 @@ import functools
 import importlib
 import re
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -190,6 +191,8 @@ def _session_action(config: BaseModel, arguments: dict[str, Any]) -> ToolResult:
 # --- http -------------------------------------------------------------------------------------------
 
 _WHOLE_VARIABLE = re.compile(r"^\{\{\s*([A-Za-z][A-Za-z0-9_]*)\s*\}\}$")
+# A template that reads the tool's secrets (in an expression or a statement).
+_USES_SECRETS = re.compile(r"\{[{%][^}]*\bsecrets\b")
 
 
 def _render(text: str, context: dict[str, Any], what: str) -> str:
@@ -244,13 +247,15 @@ def _render_request(
     headers = {
         k: _header_value(k, _render(v, with_secrets, f"header {k!r}")) for k, v in config.headers.items()
     }
+    # A header made from a secret is a credential: it does not follow a redirect to another origin.
+    credentials = [k for k, v in config.headers.items() if _USES_SECRETS.search(v)]
     params = {k: _render(v, with_secrets, f"query parameter {k!r}") for k, v in config.query.items()}
     try:
         # Query parameters add to those written in the URL (httpx's params= would replace them).
         url = str(httpx.URL(url).copy_merge_params(params)) if params else url
     except httpx.InvalidURL as exc:
         raise _Refused("The rendered URL is not valid.") from exc
-    request: dict[str, Any] = {"headers": headers}
+    request: dict[str, Any] = {"headers": headers, "credentials": credentials}
     if config.body is not None and config.method != "GET":
         request["json"] = _render_json(config.body, context)
     return url, request
@@ -323,8 +328,13 @@ async def _call_connected(
     token = await _connection_token(session, settings, tool, auth, force=False)
     for attempt in range(2):
         headers = {**request["headers"], auth.header: _header_value(auth.header, auth.value(token.token))}
+        credentials = [*request["credentials"], auth.header]
         result = await _call(
-            policy, config.method, url, config.timeout_seconds, **{**request, "headers": headers}
+            policy,
+            config.method,
+            url,
+            config.timeout_seconds,
+            **{**request, "headers": headers, "credentials": credentials},
         )
         if result.http_status != 401 or token.refreshed or attempt:
             break
@@ -344,6 +354,7 @@ async def _call(
     seconds: float,
     headers: dict[str, str],
     json: Any = None,
+    credentials: Collection[str] = (),
 ) -> ToolResult:
     try:
         # No client per call: the request goes straight to the connections kept for its origin.
@@ -355,6 +366,7 @@ async def _call(
             json=json,
             timeout=seconds,  # every step and the whole call, however slowly the body trickles in
             limit=MAX_RESPONSE_BYTES,
+            credentials=credentials,
         )
     except (TimeoutError, httpx.TimeoutException):
         return ToolResult("timeout", error=f"The upstream service did not answer within {seconds:g} s.")
@@ -436,7 +448,7 @@ async def _run_order_lookup(
     if api_key:
         headers["X-API-Key"] = _header_value("X-API-Key", api_key)
     url = f"{base}/api/orders/{quote(order_id, safe='')}"
-    result = await _call(policy, "GET", url, config.timeout_seconds, headers)
+    result = await _call(policy, "GET", url, config.timeout_seconds, headers, credentials=["X-API-Key"])
     envelope = result.result
     if result.http_status == 404 and isinstance(envelope, dict) and "success" in envelope:
         # "No such order" is an answer the flow branches on, not a failure of the tool.
