@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 import typing
@@ -107,49 +108,14 @@ async def _recording_filename(session: AsyncSession, record: CallRecordIn) -> st
 # created_at/updated_at take their column defaults).
 _INSERT_CALL = insert(typing.cast(Table, Call.__table__))
 _JSON_DUMPS = TypeAdapter(list[Any])  # a list of models to JSON-able dicts, in one step
-# The same row with every column a named value (created_at/updated_at too, and no default computed per
-# execution): a statement compiled once, which the driver writers of kit.db.commit_now can run.
-_PLAIN_CALL_COLUMNS = [
-    "id",
-    "organization_id",
-    "session_id",
-    "flow_id",
-    "flow_version",
-    "channel",
-    "direction",
-    "caller",
-    "callee",
-    "language",
-    "started_at",
-    "ended_at",
-    "duration_seconds",
-    "outcome",
-    "end_reason",
-    "transferred_to",
-    "transferred_at",
-    "transfer_status",
-    "transcript",
-    "tool_calls",
-    "turn_metrics",
-    "variables",
-    "turn_count",
-    "mean_voice_latency_ms",
-    "llm_prompt_tokens",
-    "llm_completion_tokens",
-    "tts_characters",
-    "stt_seconds",
-    "ended_event_pending",
-    "has_signals",
-    "signal_types",
-    "recording_filename",
-    "blob_key",
-    "analysis_status",
-    "created_at",
-    "updated_at",
-]
-_PLAIN_INSERT_CALL = insert(typing.cast(Table, Call.__table__)).values(
-    {name: bindparam(name) for name in _PLAIN_CALL_COLUMNS}
-)
+
+
+@functools.cache
+def _plain_insert_call(columns: tuple[str, ...]) -> Executable:
+    """The call row's INSERT with every column a named value (``created_at``/``updated_at`` too, no
+    default computed per execution): built once for the columns a planned call sets, so the driver
+    writers of ``kit.db.commit_now`` can compile it once."""
+    return insert(typing.cast(Table, Call.__table__)).values({name: bindparam(name) for name in columns})
 
 
 async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQueue | None = None) -> Call:
@@ -290,9 +256,8 @@ async def plain_call_writes(session: AsyncSession, call: PlannedCall) -> PlainCa
     if call.raised:
         return None
     now = utcnow()
-    steps: list[tuple[Executable, dict[str, Any]]] = [
-        (_PLAIN_INSERT_CALL, {**call.values, "created_at": now, "updated_at": now})
-    ]
+    row = {**call.values, "created_at": now, "updated_at": now}
+    steps: list[tuple[Executable, dict[str, Any]]] = [(_plain_insert_call(tuple(row)), row)]
     event = None
     if call.sends_events and not call.values["ended_event_pending"]:
         event = await plan_event(session, call.organization_id, "call.ended", _ended_data(call.values))
