@@ -8,6 +8,9 @@ report gives medians and the ratio to the bare ASGI app returning the same JSON 
     .venv/bin/python bench/platform_bench.py [--duration 10] [--rounds 3] [--engines sqlite,postgresql]
         [--before /path/to/older/src]
 
+``--database-core`` moves the local PostgreSQL server to wrk's core during the PostgreSQL rounds (a
+database on a host of its own); without it the database's backends share the server's core.
+
 ``--before`` adds the same request served by another source tree (e.g. ``git archive`` of an earlier
 commit, its ``src`` directory) as a further candidate in the same rounds, for a before/after figure.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import shutil
@@ -35,6 +39,9 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.pinning import postgres_on  # noqa: E402
+
 PY = sys.executable
 CONNECTIONS = 64
 
@@ -186,6 +193,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--engines", default="sqlite,postgresql")
     parser.add_argument("--before", help="another source tree's src directory, run as a candidate too")
+    parser.add_argument(
+        "--database-core",
+        action="store_true",
+        help="move the local PostgreSQL server's processes to wrk's core during the PostgreSQL rounds, as a "
+        "database on a host of its own would be (otherwise its backends also run on the server's core)",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")
@@ -195,6 +208,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             data_dir = Path(tmp)
             env, database = prepare(engine, data_dir)
+            pinned = contextlib.ExitStack()
             try:
                 port = _free_port()
                 base = f"http://127.0.0.1:{port}"
@@ -228,6 +242,8 @@ def main() -> None:
                     "--log-level",
                     "warning",
                 ]
+                if engine == "postgresql" and args.database_core:
+                    pinned.enter_context(postgres_on(1))
                 for round_index in range(args.rounds):
                     with server(
                         bare, {**bare_env, "PYTHONPATH": str(ROOT)}, f"http://127.0.0.1:{bare_port}/"
@@ -246,6 +262,7 @@ def main() -> None:
                             )
                     print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
             finally:
+                pinned.close()
                 if database:
                     drop(database)
 

@@ -47,6 +47,7 @@ else:
 PYTHON = sys.executable
 JWT_SECRET = "bench-secret-" + "x" * 40
 
+from bench.pinning import postgres_on  # noqa: E402
 from parley.flows.definition import FlowDefinition  # noqa: E402
 from parley.runtime.engine import FlowEngine  # noqa: E402
 from parley.runtime.ports import ToolOutcome, ToolSpec  # noqa: E402
@@ -240,12 +241,6 @@ async def sessions_bench(
     }
 
 
-def postgres_processes() -> list[int]:
-    """The local PostgreSQL server's processes (postmaster first), by their command name."""
-    found = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True).stdout.split()
-    return sorted(int(pid) for pid in found)
-
-
 def prepare_connector(env: dict[str, str]) -> str:
     code = (
         "from parley.connector.config import ConnectorSettings\n"
@@ -331,17 +326,15 @@ def main() -> None:
             Path(tmp, "platform.log"),
             profile=args.profile,
         )
-        database_server: list[int] = []
+        pinned = contextlib.ExitStack()
         if args.pin:
             os.sched_setaffinity(platform.pid, {0})
             for pid in (connector.pid, 0):
                 os.sched_setaffinity(pid, {1})
             if pg_name is not None:
-                # The local PostgreSQL server's processes (the postmaster: its new backends inherit it)
-                # move to the second core too, as a database on its own host would be; given back below.
-                database_server = postgres_processes()
-                for pid in database_server:
-                    os.sched_setaffinity(pid, {1})
+                # The local PostgreSQL server moves to the second core too, as a database on its own
+                # host would be; given back below.
+                pinned.enter_context(postgres_on(1))
         try:
             figures = asyncio.run(engine_bench(connector_url, key, args.turns))
             print(
@@ -382,9 +375,7 @@ def main() -> None:
             for proc in (platform, connector):
                 proc.terminate()
                 proc.wait(timeout=10)
-            for pid in database_server:
-                with contextlib.suppress(OSError):  # a backend that has ended meanwhile
-                    os.sched_setaffinity(pid, range(os.cpu_count() or 1))
+            pinned.close()
             if pg_name is not None:
                 pg.drop_database(pg_name)
 
