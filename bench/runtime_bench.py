@@ -44,6 +44,7 @@ if os.environ.get("PYTHONPATH"):
     sys.path.append(str(ROOT / "src"))
 else:
     sys.path.insert(0, str(ROOT / "src"))
+sys.path.append(str(ROOT))  # bench.pinning (and tests.pg for --postgres)
 PYTHON = sys.executable
 JWT_SECRET = "bench-secret-" + "x" * 40
 
@@ -282,7 +283,6 @@ def main() -> None:
     args = parser.parse_args()
     pg_name: str | None = None
     if args.postgres:
-        sys.path.insert(0, str(ROOT))
         from tests import pg
 
         pg_name, pg_url = pg.create_database("parley_runtime_bench")
