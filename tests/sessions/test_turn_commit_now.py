@@ -63,6 +63,17 @@ async def committed(tmp_path: Path, committed_url: str) -> AsyncIterator[tuple[P
         yield Platform(client, auth(ALICE, org), org, app), database
 
 
+async def _upstream_tool(platform: Platform, url: str) -> None:
+    await platform.tool(
+        {"name": "upstream", "type": "http", "config": {"method": "GET", "url": f"{url}/order"}}
+    )
+
+
+def _from_json(value: Any) -> Any:
+    """A JSON column's value: SQLite hands it back as text through a plain text() query."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
 async def _audit(database: Database, session_id: str) -> list[dict[str, Any]]:
     async with unit_of_work(database, write=False) as session:
         rows = await session.execute(
@@ -143,10 +154,7 @@ async def test_an_opening_with_no_subscriber_is_written_with_its_audit_event_wit
     assert len(events) == 1
     assert events[0]["action"] == "create_session" and events[0]["resource_type"] == "session"
     assert events[0]["organization_id"] == platform.org
-    details = events[0]["details"]
-    if isinstance(details, str):  # SQLite hands JSON back as text through a plain text() query
-        details = json.loads(details)
-    assert details == {"flow_id": flow_id, "channel": "web"}
+    assert _from_json(events[0]["details"]) == {"flow_id": flow_id, "channel": "web"}
 
 
 async def test_a_turn_refused_because_its_session_changed_leaves_no_audit_event(
@@ -154,9 +162,7 @@ async def test_a_turn_refused_because_its_session_changed_leaves_no_audit_event(
 ) -> None:
     platform, database = committed
     upstream, url = meanwhile
-    await platform.tool(
-        {"name": "upstream", "type": "http", "config": {"method": "GET", "url": f"{url}/order"}}
-    )
+    await _upstream_tool(platform, url)
     flow_id = await platform.flow(FLOW)
     session_id = str((await platform.start(flow_id))["id"])
     for _ in range(2):  # compiled for the driver at the second use
@@ -228,8 +234,8 @@ async def _stored_call(database: Database, session_id: str) -> dict[str, Any]:
     assert len(rows) == 1, rows
     call = dict(rows[0]._mapping)
     for key, value in call.items():
-        if isinstance(value, str) and value[:1] in "[{":  # JSON as text through a plain text() query
-            call[key] = json.loads(value)
+        if isinstance(value, str) and value[:1] in "[{":
+            call[key] = _from_json(value)
     return call
 
 
@@ -316,11 +322,7 @@ async def test_an_ending_turn_with_a_call_ended_subscriber_writes_the_event_with
             return [(status, data) for status, data in found]
 
     await runner_for(platform.app.state).drain()  # the delivery was queued after the commit
-    mine = [
-        status
-        for status, data in await deliveries()
-        if (json.loads(data) if isinstance(data, str) else data)["call_id"] == call["id"]
-    ]
+    mine = [status for status, data in await deliveries() if _from_json(data)["call_id"] == call["id"]]
     assert mine == ["delivered"]
     assert len(await _audit(database, session_id)) == 2
 
@@ -333,9 +335,7 @@ async def test_an_ending_turn_whose_session_turned_voice_meanwhile_records_the_v
     # usual way, which reads the row as written, records it.
     platform, database = committed
     upstream, url = meanwhile
-    await platform.tool(
-        {"name": "upstream", "type": "http", "config": {"method": "GET", "url": f"{url}/order"}}
-    )
+    await _upstream_tool(platform, url)
     flow = {
         **FLOW,
         "nodes": [*FLOW["nodes"][:2], {"id": "tell", "type": "end", "text": "It is done."}],
