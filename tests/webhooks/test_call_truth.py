@@ -117,6 +117,36 @@ async def test_a_voice_calls_call_ended_carries_what_the_transport_measured_once
     assert len(log) == 1 and log[0]["status"] == "delivered"
 
 
+async def test_a_voice_calls_analysis_is_sent_after_its_call_ended(
+    platform: Platform, receiver: Receiver
+) -> None:
+    # The analysis (from the flow's variables: no model configured) is stored as soon as the record is
+    # written, while call.ended still waits for the transport: call.analyzed must not come first.
+    path = unique("analysed")
+    await platform.subscribe(f"{receiver.url}{path}", "call.ended", "call.analyzed")
+    flow_id = await platform.flow(CALLBACK_FLOW)
+    session_id = await start(platform, flow_id)
+    await voice_connected(platform, session_id)
+    await say(platform, session_id, "Ja bitte", "morgen um 10 Uhr")
+    await platform.drain()
+    assert (await platform.call_of(session_id))["analysis_status"] == "done"
+    assert receiver.at(path) == []
+
+    await attach(platform, session_id, tts_characters=87, stt_seconds=3.4567)
+    sent = [e for e in events(receiver, path) if e["data"]["session_id"] == session_id]
+    assert sorted(e["type"] for e in sent) == ["call.analyzed", "call.ended"]
+    by_type = {e["type"]: e for e in sent}
+    assert by_type["call.ended"]["created_at"] <= by_type["call.analyzed"]["created_at"]
+    assert by_type["call.analyzed"]["data"]["extracted"]["preferred_time"] == "morgen um 10 Uhr"
+
+    # a text conversation's analysis is sent as soon as it is stored, after call.ended as before
+    text_session = await start(platform, flow_id)
+    await say(platform, text_session, "Ja bitte", "morgen um 10 Uhr")
+    await platform.drain()
+    kinds = [e["type"] for e in events(receiver, path) if e["data"]["session_id"] == text_session]
+    assert sorted(kinds) == ["call.analyzed", "call.ended"]
+
+
 async def test_call_ended_goes_out_without_the_voice_facts_when_the_transport_never_reports(
     platform: Platform, receiver: Receiver
 ) -> None:

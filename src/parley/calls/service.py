@@ -318,11 +318,18 @@ def _publish_ended_later(session: AsyncSession, jobs: JobQueue, call_id: str) ->
 
 async def publish_ended(session: AsyncSession, call: Call, *, jobs: JobQueue | None = None) -> bool:
     """Send the call's pending ``call.ended`` now, with what the record holds; answers whether it was
-    sent. The call row is expected to be locked (or written) by ``session``: sent once, never twice."""
+    sent. The call row is expected to be locked (or written) by ``session``: sent once, never twice.
+    An analysis stored while ``call.ended`` waited sends its ``call.analyzed`` now, after it (the
+    analysis job leaves it to this, see ``calls.tasks.analyze``), so a subscriber never hears of a
+    call's analysis before its end."""
     if not call.ended_event_pending:
         return False
     call.ended_event_pending = False
     await publish_event(session, call.organization_id, "call.ended", call_ended_data(call), jobs=jobs)
+    if call.analysis_status not in (None, "pending"):
+        await publish_event(
+            session, call.organization_id, "call.analyzed", call_analyzed_data(call), jobs=jobs
+        )
     await session.flush()
     return True
 

@@ -73,7 +73,9 @@ async def analyze(ctx: JobContext, payload: Payload) -> None:
                 log.warning("analysis_llm_unparsable", call_id=call_id)
     try:
         async with ctx.unit() as session:
-            stored = await session.scalar(select(Call).where(Call.id == call_id))
+            # Locked: a voice call's pending call.ended (publish_ended, which locks it too) and this
+            # decide one after the other which of them sends call.analyzed.
+            stored = await session.scalar(select(Call).where(Call.id == call_id).with_for_update())
             if stored is None or stored.analysis_status != "pending":
                 return
             if completion is not None and config is not None:
@@ -100,7 +102,9 @@ async def analyze(ctx: JobContext, payload: Payload) -> None:
                     summary = analysis.digest(stored, fallback) if spec.summary else None
                     store_analysis(stored, summary=summary, extracted=fallback, method="variables")
             await session.flush()
-            if sends_events(stored.channel):  # never for the console's test conversations
+            # Never for the console's test conversations; after call.ended: a voice call whose
+            # call.ended still waits for the transport sends it then (calls.service.publish_ended).
+            if sends_events(stored.channel) and not stored.ended_event_pending:
                 await publish_event(session, organization_id, "call.analyzed", call_analyzed_data(stored))
     except SQLAlchemyError as exc:  # e.g. the organization was deleted meanwhile
         log.warning("analysis_store_failed", call_id=call_id, error_type=type(exc).__name__)
