@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 import statistics
 import typing
@@ -51,7 +50,7 @@ from parley.calls.schemas import CallOut, CallSignalOut, CallSummaryOut, Outboun
 from parley.config import Settings
 from parley.flows.definition import AnalysisSettings
 from parley.kit.blobs import BlobNotFound, BlobStore, BlobStoreError
-from parley.kit.db import UTCDateTime, after_commit, loads_json, read_rows, utcnow
+from parley.kit.db import UTCDateTime, after_commit, loads_json, plain_insert, read_rows, utcnow
 from parley.kit.errors import NotFound, ServiceUnavailable
 from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.pagination import PageParams, bound_keyset, keyset_values, page_of
@@ -106,16 +105,9 @@ async def _recording_filename(session: AsyncSession, record: CallRecordIn) -> st
 # for the ORM (JSON through the engine's serializer, times through ``UTCDateTime``), the same columns
 # every time (those the record sets; the analysis results stay NULL, as an ORM insert leaves them, and
 # created_at/updated_at take their column defaults).
-_INSERT_CALL = insert(typing.cast(Table, Call.__table__))
+_CALLS = typing.cast(Table, Call.__table__)
+_INSERT_CALL = insert(_CALLS)
 _JSON_DUMPS = TypeAdapter(list[Any])  # a list of models to JSON-able dicts, in one step
-
-
-@functools.cache
-def _plain_insert_call(columns: tuple[str, ...]) -> Executable:
-    """The call row's INSERT with every column a named value (``created_at``/``updated_at`` too, no
-    default computed per execution): built once for the columns a planned call sets, so the driver
-    writers of ``kit.db.commit_now`` can compile it once."""
-    return insert(typing.cast(Table, Call.__table__)).values({name: bindparam(name) for name in columns})
 
 
 async def record_call(session: AsyncSession, record: CallRecordIn, *, jobs: JobQueue | None = None) -> Call:
@@ -257,7 +249,7 @@ async def plain_call_writes(session: AsyncSession, call: PlannedCall) -> PlainCa
         return None
     now = utcnow()
     row = {**call.values, "created_at": now, "updated_at": now}
-    steps: list[tuple[Executable, dict[str, Any]]] = [(_plain_insert_call(tuple(row)), row)]
+    steps: list[tuple[Executable, dict[str, Any]]] = [(plain_insert(_CALLS, tuple(row)), row)]
     event = None
     if call.sends_events and not call.values["ended_event_pending"]:
         event = await plan_event(session, call.organization_id, "call.ended", _ended_data(call.values))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 from fastapi import Depends, Request
-from sqlalchemy import DateTime, Engine, Executable, MetaData, Row, String, event
+from sqlalchemy import DateTime, Engine, Executable, MetaData, Row, String, bindparam, event, insert
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -290,6 +290,14 @@ BeforeCommit = Callable[[AsyncSession], Awaitable[None]]
 def before_commit(session: AsyncSession, hook: BeforeCommit) -> None:
     """Run ``hook`` inside the unit of work's transaction, just before it commits (e.g. the audit event)."""
     session.info.setdefault("before_commit", []).append(hook)
+
+
+@functools.cache
+def plain_insert(table: Any, columns: tuple[str, ...]) -> Executable:
+    """An INSERT into ``table`` with each of ``columns`` a named value and no other (no column default
+    computed per execution): built once per set of columns, so the driver writers of
+    :func:`commit_now` compile it once. Callers pass ``tuple(values)`` of the row they write."""
+    return insert(table).values({name: bindparam(name) for name in columns})
 
 
 class PlainStatement:

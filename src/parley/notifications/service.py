@@ -7,21 +7,23 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import structlog
-from sqlalchemy import Select, select
+from sqlalchemy import Select, Table, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.expression import Executable
 
 from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
-from parley.kit.db import after_commit, short_read, utcnow
+from parley.kit.db import after_commit, plain_insert, short_read, utcnow
 from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
+from parley.kit.orgcache import cached, watch
 from parley.kit.outbound import outbound_policy
 from parley.kit.tenancy import get_owned, scoped
 from parley.notifications import senders
@@ -315,24 +317,24 @@ async def delete_rule(session: AsyncSession, organization_id: str, rule_id: str)
     return rule
 
 
-def rule_matches(rule: NotificationRule, signal: RaisedSignal) -> bool:
-    if rule.signal_type not in ("*", signal.type):
-        return False
-    return SEVERITY_RANK.get(signal.severity, 0) >= SEVERITY_RANK.get(rule.min_severity, 0)
-
-
 # --- the hook: brain signals → deliveries -------------------------------------------------------
 
 
-async def _throttled(session: AsyncSession, rule: NotificationRule, signal_type: str, now: datetime) -> bool:
-    if not rule.throttle_minutes:
+def _matches(route: _Route, signal: RaisedSignal) -> bool:
+    if route.signal_type not in ("*", signal.type):
         return False
-    since = now - timedelta(minutes=rule.throttle_minutes)
+    return SEVERITY_RANK.get(signal.severity, 0) >= SEVERITY_RANK.get(route.min_severity, 0)
+
+
+async def _throttled(
+    session: AsyncSession, organization_id: str, route: _Route, signal_type: str, now: datetime
+) -> bool:
+    since = now - timedelta(minutes=route.throttle_minutes or 0)
     recent = await session.scalar(
         select(NotificationDelivery.id)
         .where(
-            NotificationDelivery.organization_id == rule.organization_id,
-            NotificationDelivery.rule_id == rule.id,
+            NotificationDelivery.organization_id == organization_id,
+            NotificationDelivery.rule_id == route.rule_id,
             NotificationDelivery.signal_type == signal_type,
             NotificationDelivery.created_at >= since,
         )
@@ -341,78 +343,143 @@ async def _throttled(session: AsyncSession, rule: NotificationRule, signal_type:
     return recent is not None
 
 
-async def notify_signals(
-    session: AsyncSession, signals: Sequence[RaisedSignal], *, jobs: JobQueue | None = None
-) -> list[str]:
-    """Create a pending delivery for every enabled rule a new signal matches; queue them after commit.
+@dataclass(frozen=True)
+class _Route:
+    """An enabled rule with its enabled channel, as planning needs it (kept in the per-organization
+    cache: detached from any session)."""
 
-    Runs inside the transaction that stores the signals and only flushes, so a delivery exists exactly
-    when its signal does; the sending happens in ``notifications.deliver`` jobs. Returns the delivery ids.
-    """
-    if not signals:
-        return []
+    rule_id: str
+    signal_type: str
+    min_severity: str
+    throttle_minutes: int | None
+    channel_id: str
+    channel_type: str
+    channel_name: str
+
+
+_ROUTES = "notifications.routes"
+watch(_ROUTES, NotificationRule, NotificationChannel)
+_ENABLED_ROUTES = (
+    select(
+        NotificationRule.id,
+        NotificationRule.signal_type,
+        NotificationRule.min_severity,
+        NotificationRule.throttle_minutes,
+        NotificationChannel.id,
+        NotificationChannel.type,
+        NotificationChannel.name,
+    )
+    .join(NotificationChannel, NotificationChannel.id == NotificationRule.channel_id)
+    .where(
+        NotificationRule.organization_id == bindparam("organization_id"),
+        NotificationChannel.organization_id == bindparam("organization_id"),
+        NotificationRule.enabled.is_(True),
+        NotificationChannel.enabled.is_(True),
+    )
+    .order_by(NotificationRule.id)
+)
+
+
+async def _routes(session: AsyncSession, organization_id: str) -> tuple[_Route, ...]:
+    async def load() -> tuple[_Route, ...]:
+        rows = await session.execute(_ENABLED_ROUTES, {"organization_id": organization_id})
+        return tuple(_Route(*row) for row in rows)
+
+    return await cached(session, _ROUTES, organization_id, load)
+
+
+_DELIVERIES = cast(Table, NotificationDelivery.__table__)
+
+
+@dataclass(frozen=True)
+class PlannedNotifications:
+    """The deliveries new signals make (:func:`plan_notifications`), as INSERTs in order."""
+
+    statements: list[tuple[Executable, dict[str, Any]]]
+    delivery_ids: list[str]
+
+
+async def plan_notifications(
+    session: AsyncSession, signals: Sequence[RaisedSignal], *, unthrottled_only: bool = False
+) -> PlannedNotifications | None:
+    """A pending delivery for every enabled rule a new signal matches (the rules: cached per
+    organization). A rule with a throttle that sent the same signal type within its minutes sends
+    nothing; that look-up reads the deliveries in ``session``'s transaction, so with
+    ``unthrottled_only`` (a caller that writes outside it) a matching throttled rule answers None."""
     now = utcnow()
-    created: list[str] = []
+    statements: list[tuple[Executable, dict[str, Any]]] = []
     fired: set[tuple[str, str]] = set()
     for organization_id in sorted({s.organization_id for s in signals}):
-        rows = (
-            await session.execute(
-                select(NotificationRule, NotificationChannel)
-                .join(NotificationChannel, NotificationChannel.id == NotificationRule.channel_id)
-                .where(
-                    NotificationRule.organization_id == organization_id,
-                    NotificationChannel.organization_id == organization_id,
-                    NotificationRule.enabled.is_(True),
-                    NotificationChannel.enabled.is_(True),
-                )
-                .order_by(NotificationRule.id)
-            )
-        ).all()
+        routes = await _routes(session, organization_id)
         for signal in (s for s in signals if s.organization_id == organization_id):
-            for rule, channel in rows:
-                if not rule_matches(rule, signal):
+            for route in routes:
+                if not _matches(route, signal):
                     continue
-                key = (rule.id, signal.type)
-                if rule.throttle_minutes and (
-                    key in fired or await _throttled(session, rule, signal.type, now)
-                ):
-                    log.info("notification_throttled", rule_id=rule.id, signal_id=signal.id)
-                    continue
+                key = (route.rule_id, signal.type)
+                if route.throttle_minutes:
+                    if unthrottled_only:
+                        return None
+                    if key in fired or await _throttled(session, organization_id, route, signal.type, now):
+                        log.info("notification_throttled", rule_id=route.rule_id, signal_id=signal.id)
+                        continue
                 fired.add(key)
-                delivery = NotificationDelivery(
-                    id=new_id("ndl"),
-                    organization_id=organization_id,
-                    kind="signal",
-                    channel_id=channel.id,
-                    channel_type=channel.type,
-                    channel_name=channel.name,
-                    rule_id=rule.id,
-                    signal_id=signal.id,
-                    signal_type=signal.type,
-                    severity=signal.severity,
-                    status="pending",
-                    attempts=0,
-                    payload=signal_facts(signal),
-                    created_at=now,
-                    updated_at=now,
-                )
-                session.add(delivery)
-                created.append(delivery.id)
-    if not created:
-        return created
-    await session.flush()
+                delivery = {
+                    "id": new_id("ndl"),
+                    "organization_id": organization_id,
+                    "kind": "signal",
+                    "channel_id": route.channel_id,
+                    "channel_type": route.channel_type,
+                    "channel_name": route.channel_name,
+                    "rule_id": route.rule_id,
+                    "signal_id": signal.id,
+                    "signal_type": signal.type,
+                    "severity": signal.severity,
+                    "status": "pending",
+                    "attempts": 0,
+                    "payload": signal_facts(signal),
+                    "created_at": now,
+                    "updated_at": now,
+                }
+                statements.append((plain_insert(_DELIVERIES, tuple(delivery)), delivery))
+    return PlannedNotifications(statements, [values["id"] for _, values in statements])
+
+
+def queue_notifications(
+    session: AsyncSession, planned: PlannedNotifications, *, jobs: JobQueue | None = None
+) -> None:
+    """Queue the planned deliveries once ``session``'s unit of work has committed."""
+    if not planned.delivery_ids:
+        return
     runner: JobQueue | None = jobs or session.info.get("jobs")
     if runner is None:
         # Still safe: pending deliveries are picked up by the job recovery at the next start.
-        log.warning("notifications_not_queued", deliveries=len(created))
-        return created
+        log.warning("notifications_not_queued", deliveries=len(planned.delivery_ids))
+        return
+    created = planned.delivery_ids
 
     async def enqueue() -> None:
         for delivery_id in created:
             await runner.submit(DELIVER_JOB, {"delivery_id": delivery_id})
 
     after_commit(session, enqueue)
-    return created
+
+
+async def notify_signals(
+    session: AsyncSession, signals: Sequence[RaisedSignal], *, jobs: JobQueue | None = None
+) -> list[str]:
+    """Create a pending delivery for every enabled rule a new signal matches; queue them after commit.
+
+    Runs inside the transaction that stores the signals, so a delivery exists exactly when its signal
+    does; the sending happens in ``notifications.deliver`` jobs. Returns the delivery ids.
+    """
+    if not signals:
+        return []
+    planned = await plan_notifications(session, signals)
+    assert planned is not None  # throttles are looked up here
+    for statement, values in planned.statements:
+        await session.execute(statement, values)
+    queue_notifications(session, planned, jobs=jobs)
+    return planned.delivery_ids
 
 
 # --- sending -----------------------------------------------------------------------------------

@@ -19,14 +19,14 @@ import httpx
 import orjson
 import structlog
 from pydantic_core import to_jsonable_python
-from sqlalchemy import Select, Table, bindparam, insert, select
+from sqlalchemy import Select, Table, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.expression import Executable
 
 from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
-from parley.kit.db import short_read, utcnow
+from parley.kit.db import plain_insert, short_read, utcnow
 from parley.kit.errors import InvalidFields
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
@@ -203,17 +203,8 @@ async def _subscribers(session: AsyncSession, organization_id: str) -> tuple[_Su
     return await cached(session, _SUBSCRIBERS, organization_id, load)
 
 
-# An event and its deliveries as plain INSERTs with every column a named value: compiled once, so the
-# driver writers of kit.db.commit_now can write them with what the event is about.
-_INSERT_EVENT = insert(cast(Table, WebhookEvent.__table__)).values(
-    {name: bindparam(name) for name in ("id", "organization_id", "type", "data", "created_at")}
-)
-_DELIVERY_COLUMNS = (
-    "id organization_id kind subscription_id event_id event_type url status attempts created_at updated_at"
-)
-_INSERT_DELIVERY = insert(cast(Table, WebhookDelivery.__table__)).values(
-    {name: bindparam(name) for name in _DELIVERY_COLUMNS.split()}
-)
+_EVENTS = cast(Table, WebhookEvent.__table__)
+_DELIVERIES = cast(Table, WebhookDelivery.__table__)
 
 
 @dataclass(frozen=True)
@@ -244,7 +235,7 @@ async def plan_event(
         "data": to_jsonable_python(data),
         "created_at": now,
     }
-    statements: list[tuple[Executable, dict[str, Any]]] = [(_INSERT_EVENT, event)]
+    statements: list[tuple[Executable, dict[str, Any]]] = [(plain_insert(_EVENTS, tuple(event)), event)]
     for subscriber in wanted:  # after the event, which they reference
         delivery = {
             "id": new_id("whd"),
@@ -259,7 +250,7 @@ async def plan_event(
             "created_at": now,
             "updated_at": now,
         }
-        statements.append((_INSERT_DELIVERY, delivery))
+        statements.append((plain_insert(_DELIVERIES, tuple(delivery)), delivery))
     return PlannedEvent(statements, [values["id"] for _, values in statements[1:]])
 
 
