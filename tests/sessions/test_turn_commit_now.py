@@ -361,3 +361,88 @@ async def test_an_ending_turn_whose_session_turned_voice_meanwhile_records_the_v
     assert ended["status"] == "ended" and ended["reply"] == "It is done."
     assert (await _stored_call(database, session_id))["ended_event_pending"] in (True, 1)
     assert len(await _audit(database, session_id)) == 1
+
+
+async def _signal_setup(platform: Platform, url: str, *, throttle: int | None) -> str:
+    """A notification rule for every signal to a webhook channel, a subscription to ``signal.raised``
+    and ``call.ended``, and the ENDING flow (a caller who says "again" twice raises caller_repeats)."""
+    channel = await platform.post(
+        "/api/notifications/channels", {"name": "Ops", "type": "webhook", "url": f"{url}/hook"}
+    )
+    assert channel.status_code == 200, channel.text
+    rule = {"signal_type": "*", "channel_id": channel.json()["id"], "throttle_minutes": throttle}
+    made = await platform.post("/api/notifications/rules", rule)
+    assert made.status_code == 200, made.text
+    subscribed = await platform.post(
+        "/api/webhooks/subscriptions",
+        {"url": f"{url}/hook", "event_types": ["signal.raised", "call.ended"], "secret": "s" * 24},
+    )
+    assert subscribed.status_code == 200, subscribed.text
+    return await platform.flow(ENDING)
+
+
+async def _signals_of(database: Database, session_id: str) -> list[tuple[str, str, str]]:
+    """Each signal of the session's call with its notification and its signal.raised delivery status."""
+    async with unit_of_work(database, write=False) as session:
+        rows = await session.execute(
+            text(
+                "SELECT s.id, s.type, n.status FROM brain_signals s JOIN calls c ON c.id = s.call_id "
+                "JOIN notification_deliveries n ON n.signal_id = s.id WHERE c.session_id = :id"
+            ),
+            {"id": session_id},
+        )
+        signals = [(signal_id, kind, status) for signal_id, kind, status in rows]
+        events = await session.execute(
+            text(
+                "SELECT e.data, d.status FROM webhook_events e JOIN webhook_deliveries d ON d.event_id = e.id "
+                "WHERE e.type = 'signal.raised'"
+            )
+        )
+        raised = {_from_json(data)["signal_id"]: status for data, status in events}
+    return [(kind, status, raised.get(signal_id, "none")) for signal_id, kind, status in signals]
+
+
+async def _repeating_caller(platform: Platform, flow_id: str) -> str:
+    session_id = str((await platform.start(flow_id))["id"])
+    await platform.say(session_id, "again")
+    return session_id
+
+
+async def test_an_ending_turn_that_raises_a_signal_writes_it_with_its_notification_and_event(
+    committed: tuple[Platform, Database], meanwhile: tuple[Meanwhile, str]
+) -> None:
+    platform, database = committed
+    _, url = meanwhile
+    flow_id = await _signal_setup(platform, url, throttle=None)
+    for _ in range(2):  # compiled for the driver at the second use
+        assert (await platform.say(await _repeating_caller(platform, flow_id), "again"))["status"] == "ended"
+    session_id = await _repeating_caller(platform, flow_id)
+    with Counts(database) as counts:
+        ended = await platform.say(session_id, "again")
+    assert ended["status"] == "ended"
+    assert counts.orm_statements == 0
+    await runner_for(platform.app.state).drain()
+    assert await _signals_of(database, session_id) == [("caller_repeats", "delivered", "delivered")]
+    assert (await _stored_call(database, session_id))["signal_types"] == ["caller_repeats"]
+    assert len(await _audit(database, session_id)) == 2
+
+
+async def test_an_ending_turn_whose_signal_meets_a_throttled_rule_goes_the_usual_way(
+    committed: tuple[Platform, Database], meanwhile: tuple[Meanwhile, str]
+) -> None:
+    platform, database = committed
+    _, url = meanwhile
+    flow_id = await _signal_setup(platform, url, throttle=60)
+    first = await _repeating_caller(platform, flow_id)
+    await platform.say(first, "again")
+    await runner_for(platform.app.state).drain()
+    assert await _signals_of(database, first) == [("caller_repeats", "delivered", "delivered")]
+    for _ in range(2):
+        session_id = await _repeating_caller(platform, flow_id)
+        with Counts(database) as counts:
+            assert (await platform.say(session_id, "again"))["status"] == "ended"
+        assert counts.orm_statements > 0  # the throttle is looked up in the writing transaction
+    await runner_for(platform.app.state).drain()
+    # Throttled: the signal is stored and sent to the subscribers, without a second notification.
+    assert await _signals_of(database, session_id) == []
+    assert (await _stored_call(database, session_id))["signal_types"] == ["caller_repeats"]

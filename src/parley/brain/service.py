@@ -12,25 +12,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic_core import to_jsonable_python
-from sqlalchemy import Select
+from sqlalchemy import Select, Table
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.expression import Executable
 
 from parley.auth.principal import OrgContext
 from parley.brain import rules, sentiment
 from parley.brain.contracts import FinishedConversation
 from parley.brain.models import BrainSignal
 from parley.brain.schemas import SignalUpdate
-from parley.kit.db import after_commit, utcnow
+from parley.kit.db import after_commit, plain_insert, utcnow
 from parley.kit.errors import Conflict
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.tenancy import get_owned, scoped
-from parley.notifications.service import notify_signals
-from parley.webhooks.service import publish_event
+from parley.notifications.messages import RaisedSignal
+from parley.notifications.service import PlannedNotifications, plan_notifications, queue_notifications
+from parley.webhooks.service import PlannedEvent, plan_event, queue_deliveries
 
 # Which status a signal may move to from each status.
 TRANSITIONS = {
@@ -133,22 +135,52 @@ def signals_of(record: FinishedConversation) -> list[Raised]:
     return raised
 
 
-async def raise_signals(
+@dataclass(frozen=True)
+class _NewSignal:
+    """A signal row about to be written: what notifications and the ``signal.raised`` event read of it."""
+
+    id: str
+    organization_id: str
+    call_id: str | None
+    flow_id: str | None
+    type: str
+    severity: str
+    status: str
+    source: str
+    details: dict[str, Any]
+    occurred_at: datetime
+
+
+@dataclass(frozen=True)
+class PlannedSignals:
+    """New signals (:func:`plan_signals`): their rows, their notification deliveries and their
+    ``signal.raised`` events, as statements in order, and what is queued after the commit."""
+
+    statements: list[tuple[Executable, dict[str, Any]]]
+    notifications: PlannedNotifications
+    events: list[PlannedEvent]
+
+
+_SIGNALS = cast(Table, BrainSignal.__table__)
+
+
+async def plan_signals(
     session: AsyncSession,
     raised: Sequence[Raised],
     *,
     organization_id: str,
     call_id: str,
     flow_id: str | None,
-    jobs: JobQueue | None = None,
     publish: bool = True,
-) -> list[BrainSignal]:
-    """Store the signals of a stored call and hand them to notifications and to webhook subscribers
-    (``signal.raised``; not with ``publish=False``, a console test conversation's); only flushes."""
-    if not raised:
-        return []
+    unthrottled_only: bool = False,
+) -> PlannedSignals | None:
+    """The signals of a stored call as statements: each row, the deliveries of the notification rules
+    it matches, and (not with ``publish=False``, a console test conversation's) a ``signal.raised``
+    event for the webhook subscribers. It only reads (rules and subscriptions, cached); with
+    ``unthrottled_only`` a matching throttled rule answers None (see ``plan_notifications``)."""
+    now = utcnow()
     signals = [
-        BrainSignal(
+        _NewSignal(
             id=new_id("sig"),
             organization_id=organization_id,
             call_id=call_id,
@@ -162,15 +194,57 @@ async def raise_signals(
         )
         for r in raised
     ]
-    session.add_all(signals)
-    await session.flush()
-    await notify_signals(session, signals, jobs=jobs)  # matching notification rules queue deliveries
-    for signal in signals if publish else []:  # and webhook subscribers get a signal.raised event each
-        await publish_event(session, organization_id, "signal.raised", signal_event_data(signal), jobs=jobs)
-    return signals
+    notifications = await plan_notifications(session, signals, unthrottled_only=unthrottled_only)
+    if notifications is None:
+        return None
+    statements: list[tuple[Executable, dict[str, Any]]] = []
+    for signal in signals:
+        row = {**vars(signal), "created_at": now, "updated_at": now}
+        statements.append((plain_insert(_SIGNALS, tuple(row)), row))
+    statements += notifications.statements
+    events = []
+    for signal in signals if publish else []:
+        event = await plan_event(session, organization_id, "signal.raised", signal_event_data(signal))
+        if event is not None:
+            events.append(event)
+            statements += event.statements
+    return PlannedSignals(statements, notifications, events)
 
 
-def signal_event_data(signal: BrainSignal) -> dict[str, Any]:
+def queue_after_signals(
+    session: AsyncSession, planned: PlannedSignals, *, jobs: JobQueue | None = None
+) -> None:
+    """Queue the planned signals' notification and webhook deliveries once ``session`` commits."""
+    queue_notifications(session, planned.notifications, jobs=jobs)
+    for event in planned.events:
+        queue_deliveries(session, event, jobs=jobs)
+
+
+async def raise_signals(
+    session: AsyncSession,
+    raised: Sequence[Raised],
+    *,
+    organization_id: str,
+    call_id: str,
+    flow_id: str | None,
+    jobs: JobQueue | None = None,
+    publish: bool = True,
+) -> None:
+    """Store the signals of a stored call in ``session``'s transaction and hand them to notifications
+    and to webhook subscribers (``signal.raised``; not with ``publish=False``, a console test
+    conversation's): :func:`plan_signals`, written, queued after the commit."""
+    if not raised:
+        return
+    planned = await plan_signals(
+        session, raised, organization_id=organization_id, call_id=call_id, flow_id=flow_id, publish=publish
+    )
+    assert planned is not None  # throttles are looked up in the transaction
+    for statement, values in planned.statements:
+        await session.execute(statement, values)
+    queue_after_signals(session, planned, jobs=jobs)
+
+
+def signal_event_data(signal: RaisedSignal) -> dict[str, Any]:
     return {
         "signal_id": signal.id,
         "type": signal.type,

@@ -234,27 +234,41 @@ async def write_call(session: AsyncSession, call: PlannedCall, *, jobs: JobQueue
 @dataclass(frozen=True)
 class PlainCallWrites:
     """What :func:`write_call` would write for a planned call, as plain statements in order (the call
-    row, then its ``call.ended`` event and deliveries), for ``kit.db.commit_now``."""
+    row, its brain signals with their notification deliveries and events, its ``call.ended`` event and
+    deliveries), for ``kit.db.commit_now``; what :func:`queue_after_call` queues after them."""
 
     steps: list[tuple[Executable, dict[str, Any]]]
+    signals: brain.PlannedSignals | None
     ended_event: PlannedEvent | None
 
 
 async def plain_call_writes(session: AsyncSession, call: PlannedCall) -> PlainCallWrites | None:
-    """The planned call's writes as plain statements, when that is all :func:`write_call` would do: no
-    brain signal raised (signals reach notification rules and their own events). None otherwise. It
-    only reads (the webhook subscriptions, cached). Once they are written:
-    :func:`queue_after_call`, with the ``call.ended`` event's deliveries."""
-    if call.raised:
-        return None
+    """The planned call's writes as plain statements, or None when one of them needs a look-up in the
+    writing transaction (a notification rule with a throttle matches one of its signals). It only
+    reads (notification rules and webhook subscriptions, cached). Once they are written:
+    :func:`queue_after_call` with them."""
     now = utcnow()
     row = {**call.values, "created_at": now, "updated_at": now}
     steps: list[tuple[Executable, dict[str, Any]]] = [(plain_insert(_CALLS, tuple(row)), row)]
+    signals = None
+    if call.raised:
+        signals = await brain.plan_signals(
+            session,
+            call.raised,
+            organization_id=call.organization_id,
+            call_id=call.call_id,
+            flow_id=call.values["flow_id"],
+            publish=call.sends_events,
+            unthrottled_only=True,
+        )
+        if signals is None:
+            return None
+        steps += signals.statements
     event = None
     if call.sends_events and not call.values["ended_event_pending"]:
         event = await plan_event(session, call.organization_id, "call.ended", _ended_data(call.values))
         steps += event.statements if event is not None else []
-    return PlainCallWrites(steps, event)
+    return PlainCallWrites(steps, signals, event)
 
 
 async def queue_after_call(
@@ -262,15 +276,18 @@ async def queue_after_call(
     call: PlannedCall,
     *,
     jobs: JobQueue | None = None,
-    ended_event: PlannedEvent | None = None,
+    written: PlainCallWrites | None = None,
 ) -> None:
-    """What a stored call queues once its transaction commits: its ``call.ended`` deliveries (written
-    with it as ``ended_event``) or a voice call's late ``call.ended``, the sentiment classifier
-    (``jobs`` given, a provider configured) and the flow's post-call analysis."""
+    """What a stored call queues once its transaction commits: the deliveries of what was ``written``
+    with it as plain statements (its signals' notifications and events, ``call.ended``) or a voice
+    call's late ``call.ended``, the sentiment classifier (``jobs`` given, a provider configured) and the
+    flow's post-call analysis."""
     call_id = call.call_id
     runner: JobQueue | None = jobs or session.info.get("jobs")
-    if ended_event is not None:
-        queue_deliveries(session, ended_event, jobs=jobs)
+    if written is not None and written.signals is not None:
+        brain.queue_after_signals(session, written.signals, jobs=jobs)
+    if written is not None and written.ended_event is not None:
+        queue_deliveries(session, written.ended_event, jobs=jobs)
     if call.values["ended_event_pending"] and runner is not None:
         # without a queue, the job's recovery picks it up at the next start
         _publish_ended_later(session, runner, call_id)

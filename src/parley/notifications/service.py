@@ -464,24 +464,6 @@ def queue_notifications(
     after_commit(session, enqueue)
 
 
-async def notify_signals(
-    session: AsyncSession, signals: Sequence[RaisedSignal], *, jobs: JobQueue | None = None
-) -> list[str]:
-    """Create a pending delivery for every enabled rule a new signal matches; queue them after commit.
-
-    Runs inside the transaction that stores the signals, so a delivery exists exactly when its signal
-    does; the sending happens in ``notifications.deliver`` jobs. Returns the delivery ids.
-    """
-    if not signals:
-        return []
-    planned = await plan_notifications(session, signals)
-    assert planned is not None  # throttles are looked up here
-    for statement, values in planned.statements:
-        await session.execute(statement, values)
-    queue_notifications(session, planned, jobs=jobs)
-    return planned.delivery_ids
-
-
 # --- sending -----------------------------------------------------------------------------------
 
 

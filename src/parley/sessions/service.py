@@ -493,9 +493,10 @@ async def _commit_ending(
     session: AsyncSession, loaded: SessionSnapshot, state: ConversationState, values: dict[str, Any]
 ) -> SessionSnapshot | None:
     """An ending turn, its call row and the audit event committed at once (``kit.db.commit_now``), the
-    call planned from the row as read and ended by this turn, with its ``call.ended`` event and
-    deliveries. None when that cannot be (a brain signal raised: more to write; the database busy; the
-    row changed): nothing was written and the caller goes the usual way."""
+    call planned from the row as read and ended by this turn, with its brain signals, their
+    notification deliveries and events, and its ``call.ended`` event and deliveries. None when that
+    cannot be (a throttled notification rule matches a signal; the database busy; the row changed):
+    nothing was written and the caller goes the usual way."""
     now = values["now"]
     ending = replace(
         loaded,
@@ -521,7 +522,7 @@ async def _commit_ending(
     )
     if not rows:
         return None
-    await queue_after_call(session, call, jobs=session.info.get("jobs"), ended_event=writes.ended_event)
+    await queue_after_call(session, call, jobs=session.info.get("jobs"), written=writes)
     return SessionSnapshot(**rows[0]._mapping, state=values["new_state"])
 
 
