@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,6 +17,7 @@ from parley.calls.models import Call
 from parley.channels.models import WhatsAppAccount, WhatsAppMessage
 from parley.kit.db import Database
 from parley.notifications.models import NotificationDelivery
+from parley.privacy import service as privacy_service
 from parley.privacy.tasks import RETENTION_JOB, expire_all
 from parley.sessions.models import ConversationSession
 from parley.webhooks.models import WebhookDelivery, WebhookEvent, WebhookSubscription
@@ -185,6 +187,45 @@ async def test_another_organizations_calls_and_callers_are_404_or_empty(
     assert deleted.json()["calls"] == 0
     assert await app.state.blobs.exists(call.blob_key)
     assert (await client.get(f"/api/calls/{call.id}", headers=auth(BOB, theirs))).status_code == 200
+
+
+async def test_a_caller_export_holds_every_call_and_event_beyond_one_page(
+    client: httpx.AsyncClient, record: Recorder, database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Read a page at a time (here 2): a caller with more calls than a page still gets all of them.
+    monkeypatch.setattr(privacy_service, "CALLER_LIMIT", 2)
+    org = await _org(client)
+    made = [
+        await record(
+            org,
+            session_id=f"ses_page_{n}",
+            caller=CALLER,
+            started_at=datetime(2026, 3, 1 + n, tzinfo=UTC),
+        )
+        for n in range(5)
+    ]
+    await record(org, session_id="ses_someone_else", caller="+4930111222")
+    async with database.sessionmaker() as session:
+        for n, call in enumerate(made):  # an event about each call, and some about the number itself
+            session.add(
+                WebhookEvent(
+                    id=f"evt_call_{n}", organization_id=org, type="call.ended", data={"call_id": call.id}
+                )
+            )
+        for n in range(3):
+            session.add(
+                WebhookEvent(
+                    id=f"evt_num_{n}", organization_id=org, type="call.started", data={"caller": CALLER}
+                )
+            )
+        await session.commit()
+    exported = await client.get(f"/api/privacy/callers/{CALLER}/export", headers=auth(ALICE, org))
+    assert exported.status_code == 200, exported.text
+    body = exported.json()
+    assert sorted(c["id"] for c in body["calls"]) == sorted(c.id for c in made)
+    assert [e["id"] for e in body["sources"]["webhook_events"]] == sorted(
+        [f"evt_call_{n}" for n in range(5)] + [f"evt_num_{n}" for n in range(3)]
+    )
 
 
 async def test_export_and_delete_everything_about_a_caller(

@@ -55,7 +55,7 @@ log = structlog.get_logger("parley.privacy")
 
 # How many calls one retention pass deletes per organization and transaction.
 RETENTION_BATCH = 200
-# The most calls one caller export or deletion reads at once.
+# How many calls (and webhook events) a caller export or deletion reads at a time; it reads them all.
 CALLER_LIMIT = 5000
 NOTICE_MAX = 1000
 _NOTICE_KEY = r"^(default|[a-z]{2}(-[A-Z]{2})?)$"
@@ -452,20 +452,41 @@ def _caller_calls(organization_id: str, phone: str) -> Any:
 
 
 async def export_caller(session: AsyncSession, organization_id: str, phone: str) -> CallerExportOut:
-    """Every call with ``phone`` as caller or callee (inbound or outbound), and the holders' rows."""
-    rows = (await session.scalars(_caller_calls(organization_id, phone))).all()
-    exported = [(await calls.to_full(session, c)).model_dump(mode="json") for c in rows]
+    """Every call with ``phone`` as caller or callee (inbound or outbound), the holders' rows and the
+    webhook events about the number or its calls: all of them, read :data:`CALLER_LIMIT` at a time."""
+    exported: list[dict[str, Any]] = []
+    events: dict[str, WebhookEvent] = {}
+    after: str | None = None
+    while True:
+        statement = _caller_calls(organization_id, phone)
+        rows = (await session.scalars(statement if after is None else statement.where(Call.id > after))).all()
+        exported += [(await calls.to_full(session, c)).model_dump(mode="json") for c in rows]
+        for event in await _all_events(session, organization_id, _event_about_calls([c.id for c in rows])):
+            events[event.id] = event
+        if len(rows) < CALLER_LIMIT:
+            break
+        after = rows[-1].id
+    for event in await _all_events(session, organization_id, _event_about_caller(phone)):
+        events[event.id] = event
     sources = {h.name: await h.export_caller(session, organization_id, phone) for h in holders()}
-    events = await session.scalars(
-        scoped(WebhookEvent, organization_id)
-        .where(or_(_event_about_caller(phone), _event_about_calls([c.id for c in rows])))
-        .order_by(WebhookEvent.id)
-        .limit(CALLER_LIMIT)
-    )
     sources[EVENTS] = [
-        {"id": e.id, "type": e.type, "created_at": e.created_at.isoformat(), "data": e.data} for e in events
+        {"id": e.id, "type": e.type, "created_at": e.created_at.isoformat(), "data": e.data}
+        for e in sorted(events.values(), key=lambda e: e.id)
     ]
     return CallerExportOut(exported_at=utcnow(), phone_number=phone, calls=exported, sources=sources)
+
+
+async def _all_events(session: AsyncSession, organization_id: str, condition: Any) -> list[WebhookEvent]:
+    """The organization's webhook events matching ``condition``, all of them, by id in pages."""
+    found: list[WebhookEvent] = []
+    while True:
+        statement = scoped(WebhookEvent, organization_id).where(condition)
+        if found:
+            statement = statement.where(WebhookEvent.id > found[-1].id)
+        page = (await session.scalars(statement.order_by(WebhookEvent.id).limit(CALLER_LIMIT))).all()
+        found += page
+        if len(page) < CALLER_LIMIT:
+            return found
 
 
 async def delete_caller(
