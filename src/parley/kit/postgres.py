@@ -212,7 +212,7 @@ class PooledReader:
 
 
 class _NoRow(Exception):
-    """The first statement returned no row: the transaction is rolled back and the caller decides."""
+    """The first statement returned no row: nothing is kept and the caller decides."""
 
 
 # --- a write transaction as one statement --------------------------------------------------------
