@@ -323,6 +323,9 @@ def test_only_plain_inserts_after_the_first_statement_are_merged() -> None:
     assert merged(ADD_THING, ADD_NOTE, ADD_NOTE) is not None
     assert merged(select(THINGS), ADD_NOTE) is None  # the first statement writes
     assert merged(ADD_THING, BUMP) is None
+    stale = insert(THINGS)
+    PreparedRead(stale, dialect)  # SQLAlchemy keeps its (no) columns on the copy .returning() makes
+    assert merged(stale.returning(THINGS.c.id), ADD_NOTE) is None
     assert merged(ADD_THING, ADD_NOTE.returning(NOTES.c.id)) is None
     assert merged(ADD_THING, postgresql.insert(NOTES).on_conflict_do_nothing()) is None
     assert merged(ADD_THING, insert(NOTES).values([note("a", "b"), note("c", "d")])) is None

@@ -268,7 +268,8 @@ def merged_transaction(prepared: Sequence[PreparedRead]) -> str | None:
     first = prepared[0]
     if len(prepared) == 1:
         return first.sql  # a single statement needs no BEGIN either
-    if not first.sql.startswith(_WRITES):
+    # What it returns decides the form: the SQL must say the same as the statement's columns.
+    if not first.sql.startswith(_WRITES) or bool(first.columns) != (" RETURNING " in first.sql):
         return None
     queries: list[str] = []
     offset = 0
