@@ -8,6 +8,7 @@ dialect, JSON codecs and types), asyncpg's connection under a wrapper that notes
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -476,3 +477,42 @@ async def test_a_turn_and_its_audit_event_in_one_statement(
         ("ses_1", 2, turn("ses_1")["new_state"]),
         ("ses_2", 2, turn("ses_2")["new_state"]),
     ]
+
+
+async def test_a_connection_beyond_the_pool_size_is_closed_when_given_back_to_a_full_pool(
+    engine: AsyncEngine, writer: PooledWriter, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool (two connections and one more) closes the third when the other two are idle again:
+    that close awaits the driver, so the writer gives it back in a greenlet."""
+    go_on = asyncio.Event()
+    idle_driver = kit_postgres._idle_driver
+
+    class Held:
+        def __init__(self, driver: Any) -> None:
+            self._driver = driver
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._driver, name)
+
+        async def fetch(self, *args: Any) -> Any:
+            await go_on.wait()
+            return await self._driver.fetch(*args)
+
+    monkeypatch.setattr(kit_postgres, "_idle_driver", lambda fairy: Held(idle_driver(fairy)))
+    async with engine.connect() as first, engine.connect() as second:
+        for connection in (first, second):
+            await connection.exec_driver_sql("SELECT 1")
+        writing = asyncio.create_task(
+            writer.transaction([(ADD_THING, thing("t1")), (ADD_NOTE, note("n1", "t1"))])
+        )
+        while engine.sync_engine.pool.checkedout() < 3:  # type: ignore[attr-defined]
+            await asyncio.sleep(0.01)
+    go_on.set()  # the two are idle again: the writer's is the third
+    assert await writing == (True, [[], []])
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    name = database_url.rsplit("/", 1)[-1]
+    async with engine.connect() as connection:
+        backends = await connection.scalar(
+            text("SELECT count(*) FROM pg_stat_activity WHERE datname = :name"), {"name": name}
+        )
+    assert backends == 2  # the third was closed (not left open behind a failed close)

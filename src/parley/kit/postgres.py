@@ -135,6 +135,17 @@ async def _check_out(pool: Any, ready: Callable[[Any], bool]) -> Any:
     return fairy if fairy is not None else await greenlet_spawn(pool.connect)
 
 
+async def _check_in(pool: Any, fairy: Any) -> None:
+    """Give a checked-out connection back: at once when the pool keeps it, else in a greenlet, where
+    the pool may close it (a connection beyond the pool's size given back while the pool is full of
+    idle ones is closed, which awaits the driver)."""
+    queue = getattr(pool, "_pool", None)
+    if queue is not None and queue.full():
+        await greenlet_spawn(fairy.close)
+    else:
+        fairy.close()
+
+
 def _idle_driver(fairy: Any) -> Any:
     """The asyncpg connection of a checked-out connection with no transaction open at read committed
     (each statement its own snapshot), or None."""
@@ -207,7 +218,7 @@ class PooledReader:
             return False, []
         finally:
             if fairy.is_valid:
-                fairy.close()  # no transaction was opened: giving it back makes no round trip
+                await _check_in(self.pool, fairy)  # no transaction was opened: no round trip to end it
         return True, [prepared.row(record) for record in records]
 
 
@@ -346,7 +357,7 @@ class PooledWriter:
             return False, []
         finally:
             if fairy.is_valid:
-                fairy.close()
+                await _check_in(self.pool, fairy)
         return True, [
             [p.row(record) for record in records] for p, records in zip(prepared, fetched, strict=True)
         ]
