@@ -112,7 +112,54 @@ def count_database_work() -> None:
 
 
 def database_work(requests: int) -> str:
-    return ", ".join(f"{DATABASE_WORK[name] / requests:.2f} {name}" for name in ("statements", "check-outs"))
+    names = (
+        ("statements", "check-outs", "round trips")
+        if DATABASE_WORK["round trips"]
+        else ("statements", "check-outs")
+    )
+    return ", ".join(f"{DATABASE_WORK[name] / requests:.2f} {name}" for name in names)
+
+
+# PostgreSQL: the messages asyncpg sends that wait for the server's answer, one round trip each (a
+# prepare, a bound execution, a plain query such as BEGIN/COMMIT, a statement closed), counted at each
+# connection's protocol. The statements above are SQLAlchemy's cursor's only: kit.postgres's reader and
+# writer send theirs on asyncpg directly.
+ROUND_TRIPS = frozenset(
+    {"query", "prepare", "bind_execute", "bind_execute_many", "bind", "execute", "close_statement"}
+)
+STEP_ROUND_TRIPS: collections.Counter[str] = collections.Counter()
+
+
+class CountedProtocol:
+    """An asyncpg connection's protocol, noting each round-trip call (the rest passes through)."""
+
+    def __init__(self, protocol: Any) -> None:
+        self._protocol = protocol
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._protocol, name)
+        if name not in ROUND_TRIPS:
+            return attribute
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            DATABASE_WORK["round trips"] += 1
+            STEP_ROUND_TRIPS[ENGINE_STEP[0]] += 1
+            return attribute(*args, **kwargs)
+
+        return counted
+
+
+def count_round_trips() -> None:
+    import asyncpg
+
+    connect = asyncpg.connect
+
+    async def counted_connect(*args: Any, **kwargs: Any) -> Any:
+        connection = await connect(*args, **kwargs)
+        connection._protocol = CountedProtocol(connection._protocol)
+        return connection
+
+    asyncpg.connect = counted_connect  # the platform's engine looks it up at each connect
 
 
 def time_the_engine() -> None:
@@ -204,6 +251,7 @@ async def measure(
         ENGINE_CPU.clear()
         DATABASE_WORK.clear()
         STEP_STATEMENTS.clear()
+        STEP_ROUND_TRIPS.clear()
         if concurrent >= 1:
             await measure_concurrent(app, headers, flow["id"], conversations, concurrent, count_calls)
             return
@@ -224,10 +272,13 @@ async def measure(
             total, inside = (STEP_CPU[name] / (size * 5) * 1e3, ENGINE_CPU[name] / (size * 5) * 1e3)
             print(f"| {name} | {total:.2f} | {inside:.2f} | {total - inside:.2f} |")
         if count_calls:
-            print("| request | function calls | statements |\n|---|---|---|")
+            print("| request | function calls | statements | round trips (PostgreSQL) |\n|---|---|---|---|")
             for name in STEPS:
                 calls = pstats.Stats(CALL_COUNTERS[name]).total_calls  # type: ignore[attr-defined]
-                print(f"| {name} | {calls / (size * 5):,.0f} | {STEP_STATEMENTS[name] / (size * 5):.2f} |")
+                print(
+                    f"| {name} | {calls / (size * 5):,.0f} | {STEP_STATEMENTS[name] / (size * 5):.2f} "
+                    f"| {STEP_ROUND_TRIPS[name] / (size * 5):.2f} |"
+                )
                 if os.environ.get("PROFILE_DUMP"):  # one file per step: PROFILE_DUMP.<step number>
                     CALL_COUNTERS[name].dump_stats(f"{os.environ['PROFILE_DUMP']}.{STEPS.index(name)}")
         print(f"event loop thread: {loop_cpu / (size * 20) * 1e3:.2f} ms per request")
@@ -331,6 +382,8 @@ def main() -> None:
 
                 time_the_engine()
                 count_database_work()
+                if args.postgresql:
+                    count_round_trips()
 
                 asyncio.run(
                     measure(

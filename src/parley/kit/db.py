@@ -719,10 +719,11 @@ async def commit_now(
     no changes, when authentication noted none and every before-commit hook is a
     :class:`PlainStatement` (the audit event), which is written in the same transaction. SQLite files:
     ``kit.sqlite.InlineWriter`` (the whole transaction on the event loop, never waiting for the write
-    lock); PostgreSQL: ``kit.postgres.PooledWriter`` (``BEGIN``/``COMMIT`` on asyncpg, a pooled
-    connection). After-commit hooks run when the request's unit completes, as always; anything the
-    handler writes after this commits then, in a transaction of its own, so a caller uses it only for
-    its request's last write (the sessions routes: ``commit_at_once``).
+    lock); PostgreSQL: ``kit.postgres.PooledWriter`` (on asyncpg with a pooled connection: the
+    statement and its audit event as one statement, one round trip). After-commit hooks run when the
+    request's unit completes, as always; anything the handler writes after this commits then, in a
+    transaction of its own, so a caller uses it only for its request's last write (the sessions
+    routes: ``commit_at_once``).
     """
     unit: RequestUnit | None = session.info.get("request_unit")
     if unit is None or unit.writer is not session or unit.done:

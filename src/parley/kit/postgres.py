@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -38,7 +39,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import (
 )
 from sqlalchemy.util import await_, greenlet_spawn
 
-from parley.kit.prepared import PreparedRead, PreparedReads
+from parley.kit.prepared import MAX_PREPARED, PreparedRead, PreparedReads
 
 # Isolation levels at which each statement takes its own snapshot (None: the server's default, which
 # the platform leaves at read committed).
@@ -134,6 +135,17 @@ async def _check_out(pool: Any, ready: Callable[[Any], bool]) -> Any:
     return fairy if fairy is not None else await greenlet_spawn(pool.connect)
 
 
+async def _check_in(pool: Any, fairy: Any) -> None:
+    """Give a checked-out connection back: at once when the pool keeps it, else in a greenlet, where
+    the pool may close it (a connection beyond the pool's size given back while the pool is full of
+    idle ones is closed, which awaits the driver)."""
+    queue = getattr(pool, "_pool", None)
+    if queue is not None and queue.full():
+        await greenlet_spawn(fairy.close)
+    else:
+        fairy.close()
+
+
 def _idle_driver(fairy: Any) -> Any:
     """The asyncpg connection of a checked-out connection with no transaction open at read committed
     (each statement its own snapshot), or None."""
@@ -206,29 +218,108 @@ class PooledReader:
             return False, []
         finally:
             if fairy.is_valid:
-                fairy.close()  # no transaction was opened: giving it back makes no round trip
+                await _check_in(self.pool, fairy)  # no transaction was opened: no round trip to end it
         return True, [prepared.row(record) for record in records]
 
 
 class _NoRow(Exception):
-    """The first statement returned no row: the transaction is rolled back and the caller decides."""
+    """The first statement returned no row: nothing is kept and the caller decides."""
+
+
+# --- a write transaction as one statement --------------------------------------------------------
+
+# The name of step n's WITH query in a merged transaction.
+_STEP = "parley_step_{}"
+# A parameter of a compiled statement ($1, $2, ...), not part of an identifier.
+_PARAMETER = re.compile(r"(?<![\w$])\$(\d+)\b")
+# A string or dollar-quoted literal, in which a ``$n`` would be text: a statement holding one is not
+# renumbered (the platform's statements bind every value, so compiled SQL has none).
+_LITERAL = re.compile(r"'|\$[A-Za-z_]*\$")
+_SELECT = re.compile(r"\bSELECT\b", re.IGNORECASE)
+_WRITES = ("INSERT ", "UPDATE ", "DELETE ")
+
+
+def _renumbered(prepared: PreparedRead, offset: int) -> str | None:
+    """The statement with its parameters numbered after ``offset`` others, or None when its SQL is not
+    exactly ``$1``..``$n`` for its n bound values."""
+    sql = prepared.sql
+    numbers = {int(number) for number in _PARAMETER.findall(sql)}
+    if _LITERAL.search(sql) is not None or numbers != set(range(1, len(prepared.binds) + 1)):
+        return None
+    return _PARAMETER.sub(lambda number: f"${int(number[1]) + offset}", sql) if offset else sql
+
+
+def _if_first_returned(insert: str) -> str | None:
+    """``INSERT INTO t (a, b) VALUES (x, y)`` as ``INSERT INTO t (a, b) SELECT x, y WHERE EXISTS
+    (SELECT 1 FROM <step 0>)``: no row unless the first statement returned one. The values are typed
+    by the columns they go to as in ``VALUES`` (the dialect casts its binds, and an untyped parameter
+    takes the column's type in both forms; tests/kit/test_pooled_writer.py)."""
+    head, values_clause, values = insert.partition(") VALUES (")
+    if not values_clause or not values.endswith(")"):
+        return None
+    # Compiled SQL of the platform's own statements, every value a parameter: nothing is injected.
+    return f"{head}) SELECT {values[:-1]} WHERE EXISTS (SELECT 1 FROM {_STEP.format(0)})"  # noqa: S608
+
+
+def merged_transaction(prepared: Sequence[PreparedRead]) -> str | None:
+    """The statements of a write transaction as one statement, or None when they cannot be merged.
+
+    PostgreSQL runs a statement outside ``BEGIN`` in a transaction of its own, so one statement that
+    makes all the writes commits them all or none, in one round trip instead of ``BEGIN``, one per
+    statement and ``COMMIT``. The first statement is any ``INSERT``, ``UPDATE`` or ``DELETE``; it and
+    every other one become queries of a ``WITH``, the others only when they are plain one-row inserts
+    (``PreparedRead.plain_insert``) whose values read no table: all the queries of a ``WITH`` see the
+    database as it was before the statement began, where in the transaction each statement sees what
+    the ones before it wrote, and an insert of values reads nothing, so it cannot tell. When the first
+    statement returns columns, the inserts are made conditional on it having returned a row (the
+    transaction rolls back when it returns none) and the statement answers its rows (``SELECT * FROM
+    parley_step_0``); otherwise the last insert is the main statement. The parameters are the steps'
+    bound values one after another: each statement's ``$n`` are numbered after the ones before it.
+    """
+    first = prepared[0]
+    if len(prepared) == 1:
+        return first.sql  # a single statement needs no BEGIN either
+    # What it returns decides the form: the SQL must say the same as the statement's columns.
+    if not first.sql.startswith(_WRITES) or bool(first.columns) != (" RETURNING " in first.sql):
+        return None
+    queries: list[str] = []
+    offset = 0
+    for index, step in enumerate(prepared):
+        sql = _renumbered(step, offset)
+        offset += len(step.binds)
+        if sql is not None and index:
+            if not step.plain_insert or not sql.startswith("INSERT INTO ") or _SELECT.search(sql):
+                return None
+            if first.columns:
+                sql = _if_first_returned(sql)
+        if sql is None:
+            return None
+        queries.append(sql)
+    main = f"SELECT * FROM {_STEP.format(0)}" if first.columns else queries.pop()  # noqa: S608
+    named = ", ".join(f"{_STEP.format(index)} AS ({sql})" for index, sql in enumerate(queries))
+    return f"WITH {named} {main}"
 
 
 class PooledWriter:
     """A whole write transaction straight on asyncpg, with a connection of the pool.
 
-    The PostgreSQL side of ``kit.db.commit_now`` (see ``kit.sqlite.InlineWriter``): ``BEGIN``, the
-    statements (compiled once, their values through the parameters' types) and ``COMMIT`` with
-    asyncpg's own transaction, on a connection checked out of the engine's pool as
-    :class:`PooledReader` does. Any error the server reports rolls the transaction back and gives way
-    (``(False, [])``): the caller writes the usual way, which meets the same error and reports it as it
-    always does. A connection that breaks or is cancelled meanwhile is closed, never reused.
+    The PostgreSQL side of ``kit.db.commit_now`` (see ``kit.sqlite.InlineWriter``), on a connection
+    checked out of the engine's pool as :class:`PooledReader` does; the statements are compiled once
+    and their values go through the parameters' types. A transaction of the usual shape (a statement,
+    then plain inserts: a turn's ``UPDATE ... RETURNING`` and its audit event) runs as one statement
+    (:func:`merged_transaction`, built once per tuple of statements): one round trip, in PostgreSQL's
+    implicit transaction of a single statement. Any other shape runs as ``BEGIN``, each statement and
+    ``COMMIT`` with asyncpg's own transaction. Any error the server reports writes nothing and gives
+    way (``(False, [])``): the caller writes the usual way, which meets the same error and reports it
+    as it always does. A connection that breaks or is cancelled meanwhile is closed, never reused.
     """
 
     def __init__(self, engine: Any, *, ready: Callable[[Any], bool] = lambda _record: False) -> None:
         self.pool = engine.sync_engine.pool
         self.ready = ready
         self._prepared = PreparedReads(engine.dialect)
+        # Each tuple of statements' merged SQL (None: not mergeable), bounded as PreparedReads is.
+        self._merged: dict[tuple[PreparedRead, ...], str | None] = {}
 
     async def transaction(self, steps: list[tuple[Any, dict[str, Any]]]) -> tuple[bool, list[list[Any]]]:
         """(True, each statement's returned rows) once committed; (False, []) when nothing was written,
@@ -237,6 +328,7 @@ class PooledWriter:
         if ready is None:
             return False, []
         prepared, bound = ready
+        merged = self._merged_sql(prepared)
         fairy = await _check_out(self.pool, self.ready)
         try:
             driver = _idle_driver(fairy)
@@ -244,19 +336,13 @@ class PooledWriter:
                 return False, []
             for p in prepared:
                 await _describe(driver, p)
-            fetched: list[list[Any]] = []
-            try:
-                # Plain BEGIN/COMMIT (the server's default isolation, read committed, as every unit of work)
-                await driver.execute("BEGIN")
-                for p, values in zip(prepared, bound, strict=True):
-                    fetched.append(await driver.fetch(p.sql, *values))
-                    if len(fetched) == 1 and not fetched[0] and p.columns:
-                        raise _NoRow
-                await driver.execute("COMMIT")
-            except (_NoRow, asyncpg.PostgresError):
-                if not driver.is_closed() and driver.is_in_transaction():
-                    await driver.execute("ROLLBACK")
-                raise
+            if merged is None:
+                fetched = await _in_transaction(driver, prepared, bound)
+            else:
+                records = await driver.fetch(merged, *itertools.chain.from_iterable(bound))
+                if not records and prepared[0].columns:
+                    raise _NoRow  # and the inserts, conditional on its row, wrote nothing
+                fetched = [records, *([] for _ in prepared[1:])]
         except _NoRow:
             return False, []
         except asyncpg.PostgresError as error:
@@ -271,7 +357,37 @@ class PooledWriter:
             return False, []
         finally:
             if fairy.is_valid:
-                fairy.close()
+                await _check_in(self.pool, fairy)
         return True, [
             [p.row(record) for record in records] for p, records in zip(prepared, fetched, strict=True)
         ]
+
+    def _merged_sql(self, prepared: list[PreparedRead]) -> str | None:
+        key = tuple(prepared)
+        try:
+            return self._merged[key]
+        except KeyError:
+            pass
+        sql = merged_transaction(prepared)
+        if len(self._merged) < MAX_PREPARED:
+            self._merged[key] = sql
+        return sql
+
+
+async def _in_transaction(driver: Any, prepared: list[PreparedRead], bound: list[list[Any]]) -> list[Any]:
+    """Each statement's records, run between ``BEGIN`` and ``COMMIT`` (rolled back on an error or
+    when the first statement returns columns but no row: :class:`_NoRow`)."""
+    fetched: list[Any] = []
+    try:
+        # Plain BEGIN/COMMIT (the server's default isolation, read committed, as every unit of work)
+        await driver.execute("BEGIN")
+        for p, values in zip(prepared, bound, strict=True):
+            fetched.append(await driver.fetch(p.sql, *values))
+            if len(fetched) == 1 and not fetched[0] and p.columns:
+                raise _NoRow
+        await driver.execute("COMMIT")
+    except (_NoRow, asyncpg.PostgresError):
+        if not driver.is_closed() and driver.is_in_transaction():
+            await driver.execute("ROLLBACK")
+        raise
+    return fetched

@@ -41,6 +41,17 @@ class PreparedRead:
         returned = getattr(statement, "selected_columns", None)
         self.columns = list(returned if returned is not None else statement.exported_columns)
         self.make_row = result_tuple([column.key for column in self.columns])
+        # A one-row ``INSERT ... VALUES`` that returns nothing and has nothing around its values (no
+        # SELECT, ON CONFLICT, WITH or prefix): ``kit.postgres`` may run it in another statement's WITH.
+        self.plain_insert = bool(
+            getattr(statement, "is_insert", False)
+            and statement.select is None
+            and not statement._multi_values
+            and statement._post_values_clause is None
+            and not statement._independent_ctes
+            and not statement._prefixes
+            and not statement._returning
+        )
         # Built once the driver has told the columns' type codes (some types' conversions depend on it).
         self.processors: list[Any] | None = None
 
