@@ -42,7 +42,7 @@ from parley.kit.jobs import JobContext, JobRunner
 from parley.kit.lifecycle import DrainMiddleware, SignalDrain, lifecycle_of, settle_heap
 from parley.kit.logging import configure_logging
 from parley.kit.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
-from parley.kit.orgcache import org_cache_of_database
+from parley.kit.orgcache import OrgBus, org_cache_of_database
 from parley.kit.outbound import close_kept_connections, outbound_policy
 from parley.kit.queue import queue_from_settings
 from parley.kit.ratelimit import limiter_from_settings
@@ -149,13 +149,18 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         app.state.db = database or Database.from_settings(settings)
         # Keys and memberships every request reads, invalidated on change (through Redis across processes).
         app.state.identity_cache = identity_cache_of(app.state.db)
-        # Per-organization configuration a turn reads (kit/orgcache.py): 1 s across processes with Redis.
+        # Per-organization configuration a turn reads (kit/orgcache.py), invalidated the same way.
         app.state.org_cache = org_cache_of_database(app.state.db, distributed=bool(settings.redis_url))
-        identity_bus = (
-            IdentityBus.from_settings(app.state.identity_cache, settings) if settings.redis_url else None
+        buses = (
+            [
+                IdentityBus.from_settings(app.state.identity_cache, settings),
+                OrgBus.from_settings(app.state.org_cache, settings),
+            ]
+            if settings.redis_url
+            else []
         )
-        if identity_bus is not None:
-            identity_bus.start()
+        for bus in buses:
+            bus.start()
         # Background jobs run in this process, or with PARLEY_REDIS_URL in `parley worker` processes;
         # unfinished work recorded in the database is re-queued.
         if getattr(app.state, "jobs", None) is None:
@@ -204,8 +209,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
             await app.state.live_sessions.stop()
             await app.state.rate_limiter.aclose()
             await close_kept_connections()  # the tools' keep-alive connections
-            if identity_bus is not None:
-                await identity_bus.stop()
+            for bus in buses:
+                await bus.stop()
             if owned:
                 await app.state.db.dispose()
 

@@ -5,6 +5,7 @@ Two processes and Redis are in tests/distributed/test_identity_cache.py; here on
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from sqlalchemy import update
 
 from parley.auth.cache import (
     LOCAL_TTL,
+    MISS,
     SHORT_TTL,
     Changes,
     IdentityBus,
@@ -169,3 +171,22 @@ async def test_with_redis_unreachable_entries_live_one_second_and_changes_do_not
     finally:
         await bus.stop()
     assert cache.bus is None
+
+
+async def test_a_received_message_is_applied_and_a_malformed_one_empties_the_cache(tmp_path: Any) -> None:
+    cache = IdentityCache()
+    settings = Settings(data_dir=tmp_path, redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    bus = IdentityBus.from_settings(cache, settings)  # not started: messages are handed in
+    cache.put_role("usr_1", "org_1", "owner", cache.generation)
+    cache.put_role("usr_2", "org_1", "member", cache.generation)
+    bus._received(
+        json.dumps({"sender": "another", "changes": Changes(members={("usr_1", "org_1")}).to_dict()})
+    )
+    assert cache.role("usr_1", "org_1") is MISS and cache.role("usr_2", "org_1") == "member"
+    bus._received(json.dumps({"sender": bus.sender, "changes": {"everything": True}}))  # its own
+    assert cache.role("usr_2", "org_1") == "member"
+    for body in ({"sender": "another", "changes": ["not", "an", "object"]}, {"sender": "another"}, "[]"):
+        cache.put_role("usr_2", "org_1", "member", cache.generation)
+        bus._received(body if isinstance(body, str) else json.dumps(body))
+        assert cache.role("usr_2", "org_1") is MISS
+    await bus.redis.aclose()

@@ -21,7 +21,8 @@ from parley.kit.jobs import (
     Payload,
     update_queue_gauges,
 )
-from parley.kit.queue import QueueWorker, RedisJobQueue, queue_from_settings
+from parley.kit.orgcache import LONG_TTL, SHORT_TTL, org_cache_of_database
+from parley.kit.queue import QueueWorker, RedisJobQueue, queue_from_settings, run_worker
 from tests.distributed.redis_env import REDIS_URL, keys_of
 
 
@@ -272,3 +273,22 @@ async def test_the_job_of_a_crashed_worker_runs_again_elsewhere(
     finally:
         worker.stop()
         await running
+
+
+async def test_the_worker_process_applies_configuration_changes_from_redis(
+    tmp_path: Path, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``parley worker`` subscribes to the configuration cache's channel (kit/orgcache.py) while it runs,
+    so what its jobs read there lives 30 s and is dropped when another process changes it."""
+    seen: dict[str, Any] = {}
+
+    async def run(worker: QueueWorker) -> None:  # instead of working the queue
+        cache = org_cache_of_database(worker.context.db, distributed=True)
+        assert cache.bus is not None
+        await asyncio.wait_for(cache.bus.subscribed_event.wait(), 10)
+        seen.update(cache=cache, ttl=cache.ttl, channel=cache.bus.channel)
+
+    monkeypatch.setattr(QueueWorker, "run", run)
+    await run_worker(_settings(tmp_path, redis_prefix), concurrency=1, grace=1)
+    assert seen["ttl"] == LONG_TTL and seen["channel"] == f"{redis_prefix}:org_config"
+    assert seen["cache"].bus is None and seen["cache"].ttl == SHORT_TTL  # stopped with the worker

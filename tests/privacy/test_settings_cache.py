@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import event, update
 
 from parley.kit.db import Database, unit_of_work
-from parley.kit.orgcache import DISTRIBUTED_TTL, LOCAL_TTL, OrgCache, org_cache_of_database
+from parley.kit.orgcache import LOCAL_TTL, LONG_TTL, SHORT_TTL, OrgCache, org_cache_of_database
 from parley.privacy.models import PrivacySettings
 from parley.privacy.service import _REDACTOR
 from tests.sessions.conftest import Platform, make_platform
@@ -141,7 +141,13 @@ async def test_organization_deletion_and_bulk_statements_drop_entries(
 
 def test_a_read_that_raced_a_change_is_not_stored_and_lifetimes_bound_other_processes() -> None:
     cache = OrgCache()
-    assert cache.ttl == LOCAL_TTL == 5.0 and DISTRIBUTED_TTL == 1.0
+    assert cache.ttl == LOCAL_TTL == 5.0  # no Redis
+    cache.distributed = True
+    assert cache.ttl == SHORT_TTL == 1.0  # Redis configured, not (or no longer) subscribed
+    cache.subscribed = True
+    assert cache.ttl == LONG_TTL == 30.0  # other processes' changes arrive through the bus
+    cache.subscribed = False
+    assert cache.ttl == SHORT_TTL
     generation = cache.generation  # a turn starts reading
     cache.invalidate({(_REDACTOR, "org_1")})  # meanwhile a change commits
     cache.put(_REDACTOR, "org_1", None, generation)

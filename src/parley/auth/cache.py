@@ -27,38 +27,27 @@ back into the cache.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import os
 import time
 import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import structlog
-from redis.exceptions import RedisError
 from sqlalchemy import event, inspect
 from sqlalchemy.orm import ORMExecuteState, Session
 
 from parley.auth.models import ApiKey, Membership, Organization, User
+from parley.kit.bus import LOCAL_TTL as LOCAL_TTL  # the lifetimes, named here as before
+from parley.kit.bus import LONG_TTL as LONG_TTL
+from parley.kit.bus import SHORT_TTL as SHORT_TTL
+from parley.kit.bus import BusCache, InvalidationBus
 from parley.kit.metrics import IDENTITY_CACHE, IDENTITY_INVALIDATIONS
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
-
-    from parley.config import Settings
     from parley.kit.db import Database
 
-log = structlog.get_logger("parley.auth.cache")
-
-LONG_TTL = 30.0  # seconds an entry lives while invalidations arrive through Redis
-LOCAL_TTL = 5.0  # without Redis: this process's changes apply at once, other processes' within 5 s
-SHORT_TTL = 1.0  # distributed mode while Redis cannot be reached
 MAX_ENTRIES = 100_000
-PUBLISH_TIMEOUT = 0.5
-RECONNECT_DELAY = 0.5
 _IDENTITY_TABLES = frozenset({"api_keys", "memberships", "organizations", "users"})
 # Changing only these columns of an API key does not change what authentication decides.
 _KEY_BOOKKEEPING = frozenset({"last_used_at", "updated_at"})
@@ -107,20 +96,25 @@ class Changes:
     def __bool__(self) -> bool:
         return bool(self.everything or self.keys or self.members or self.organizations or self.users)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The changes as the bus publishes them (JSON values)."""
+        return {
+            "keys": sorted(self.keys),
+            "members": sorted(list(m) for m in self.members),
+            "organizations": sorted(self.organizations),
+            "users": sorted(self.users),
+            "everything": self.everything,
+        }
+
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "keys": sorted(self.keys),
-                "members": sorted(list(m) for m in self.members),
-                "organizations": sorted(self.organizations),
-                "users": sorted(self.users),
-                "everything": self.everything,
-            }
-        )
+        return json.dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, data: str | bytes) -> Changes:
-        body = json.loads(data)
+        return cls.from_dict(json.loads(data))
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any]) -> Changes:
         return cls(
             keys={str(k) for k in body.get("keys", [])},
             members={(str(u), str(o)) for u, o in body.get("members", [])},
@@ -137,25 +131,19 @@ class _Miss:
 MISS: Any = _Miss()  # what :meth:`IdentityCache.role` answers when it does not know
 
 
-class IdentityCache:
-    """API keys and membership roles of one database, with explicit invalidation (module docstring)."""
+class IdentityCache(BusCache):
+    """API keys and membership roles of one database, with explicit invalidation (module docstring).
+
+    Its lifetime (:attr:`ttl`) follows the state of its bus (kit/bus.py)."""
 
     def __init__(self, *, max_entries: int = MAX_ENTRIES) -> None:
+        super().__init__()
         self.max_entries = max_entries
         self.generation = 0
-        self.subscribed = False  # True while invalidations reach this process through Redis
-        self.distributed = False  # True once a Redis bus serves this cache (PARLEY_REDIS_URL)
-        self.bus: IdentityBus | None = None
         # Entries hold the time they were stored: the lifetime that applies is the one of the moment
         # they are read, so entries stored while subscribed expire within 1 s once Redis is lost.
         self._keys: dict[str, tuple[float, KeySnapshot]] = {}
         self._roles: dict[tuple[str, str], tuple[float, str | None]] = {}
-
-    @property
-    def ttl(self) -> float:
-        if self.subscribed:
-            return LONG_TTL
-        return SHORT_TTL if self.distributed else LOCAL_TTL
 
     # --- reading ------------------------------------------------------------------------------------
 
@@ -222,7 +210,13 @@ class IdentityCache:
         _MADE_HERE.inc()
         self.invalidate(changes)
         if self.bus is not None:
-            self.bus.publish(changes)
+            self.publish(changes.to_dict())
+
+    def received(self, changes: Any) -> None:
+        """Another process committed ``changes`` (through the bus): drop them here."""
+        decoded = Changes.from_dict(changes)
+        _RECEIVED.inc()
+        self.invalidate(decoded)
 
 
 # One cache per database, found from any session on it (a unit of work's, the tests', a script's):
@@ -309,114 +303,11 @@ def _forget_rolled_back(session: Session, previous_transaction: Any) -> None:
         session.info.pop(_CHANGES, None)
 
 
-# --- distributed mode: invalidations through Redis pub/sub -------------------------------------------
+# --- distributed mode: invalidations through Redis pub/sub (kit/bus.py) -----------------------------
 
 
-class IdentityBus:
-    """Publishes this process's identity changes and applies every other process's."""
+class IdentityBus(InvalidationBus):
+    """Publishes this process's identity changes on ``<prefix>:identity`` and applies every other
+    process's."""
 
-    def __init__(self, cache: IdentityCache, redis: Redis, channel: str) -> None:
-        self.cache = cache
-        self.redis = redis
-        self.channel = channel
-        self.sender = os.urandom(8).hex()
-        self.published = 0
-        self.publish_failures = 0
-        self._listener: asyncio.Task[None] | None = None
-        self._publishing: set[asyncio.Task[None]] = set()
-        self.subscribed_event = asyncio.Event()
-        self._warned_down = False
-
-    @classmethod
-    def from_settings(cls, cache: IdentityCache, settings: Settings) -> IdentityBus:
-        from parley.kit.redis import key, redis_client
-
-        # No socket timeout on the subscriber's reads (it waits for messages); connects fail fast.
-        client = redis_client(settings, command_timeout=None, connect_timeout=1.0)
-        return cls(cache, client, key(settings, "identity"))
-
-    def start(self) -> None:
-        self.cache.bus = self
-        self.cache.distributed = True
-        self._listener = asyncio.create_task(self._listen(), name="identity-cache-listener")
-
-    async def stop(self) -> None:
-        if self.cache.bus is self:
-            self.cache.bus = None
-        self.cache.subscribed = False
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
-        for task in list(self._publishing):
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await task
-        with contextlib.suppress(RedisError, OSError):
-            await self.redis.aclose()
-
-    def publish(self, changes: Changes) -> None:
-        try:
-            task = asyncio.get_running_loop().create_task(self._publish(changes))
-        except RuntimeError:  # no loop (a synchronous commit): the short lifetime bounds the others
-            return
-        self._publishing.add(task)
-        task.add_done_callback(self._publishing.discard)
-
-    async def _publish(self, changes: Changes) -> None:
-        body = json.dumps({"sender": self.sender, "changes": json.loads(changes.to_json())})
-        try:
-            async with asyncio.timeout(PUBLISH_TIMEOUT):
-                await self.redis.publish(self.channel, body)
-            self.published += 1
-        except (RedisError, OSError, TimeoutError) as exc:
-            self.publish_failures += 1
-            log.warning(
-                "identity_invalidation_unsent",
-                detail="Redis cannot be reached; other processes see the change when their "
-                "entries expire (1 s while their subscription is down too).",
-                error_type=type(exc).__name__,
-            )
-
-    async def _listen(self) -> None:
-        while True:
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(self.channel)
-                # Messages may have been missed while unsubscribed: start from an empty cache.
-                self.cache.clear()
-                self.cache.subscribed = True
-                self.subscribed_event.set()
-                self._warned_down = False
-                while True:
-                    item = await pubsub.get_message(timeout=1.0)
-                    if item is not None and item.get("type") == "message":
-                        self._received(item["data"])
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, OSError, TimeoutError) as exc:
-                if not self._warned_down:  # once per outage, not every reconnect attempt
-                    self._warned_down = True
-                    log.warning(
-                        "identity_cache_listener_down",
-                        detail="Redis cannot be reached; identity cache entries live 1 s until it is back.",
-                        error_type=type(exc).__name__,
-                    )
-            finally:
-                self.cache.subscribed = False
-                self.subscribed_event.clear()
-                with contextlib.suppress(RedisError, OSError, TimeoutError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-            await asyncio.sleep(RECONNECT_DELAY)
-
-    def _received(self, data: bytes | str) -> None:
-        try:
-            body = json.loads(data)
-            if body.get("sender") == self.sender:
-                return
-            changes = Changes.from_json(json.dumps(body["changes"]))
-        except (ValueError, KeyError, TypeError):
-            log.warning("identity_invalidation_malformed")
-            self.cache.clear()
-            return
-        _RECEIVED.inc()
-        self.cache.invalidate(changes)
+    name = "identity"

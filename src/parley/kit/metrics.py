@@ -37,6 +37,11 @@ IDENTITY_INVALIDATIONS = Counter(
     "Identity changes (keys, members, organizations) dropped from the cache: made here or received",
     ["origin"],
 )
+ORG_CONFIG_INVALIDATIONS = Counter(
+    "parley_org_config_invalidations_total",
+    "Per-organization configuration changes dropped from the cache (kit/orgcache.py): made here or received",
+    ["origin"],
+)
 
 DB_UNAVAILABLE = Counter(
     "parley_db_unavailable_total",

@@ -14,9 +14,13 @@ change at once; a rolled-back transaction drops nothing and was never visible. N
 remember to invalidate: a new write path (route, import, seed, GDPR erasure, organization deletion) is
 covered because it writes through a session.
 
-**Other processes.** Entries live :data:`LOCAL_TTL` (5 s) without ``PARLEY_REDIS_URL`` and
-:data:`DISTRIBUTED_TTL` (1 s) with it: another process's committed change is seen within that bound
-(there is no pub/sub for this cache yet; see docs/scale-out.md).
+**Other processes.** With ``PARLEY_REDIS_URL`` the committed changes are also published on the Redis
+channel ``<prefix>:org_config`` (:class:`OrgBus`, kit/bus.py): every other process drops them as the
+message arrives (milliseconds; the bound we document is 1 s). Entries live :data:`LONG_TTL` (30 s)
+while this process is subscribed, :data:`SHORT_TTL` (1 s) while Redis cannot be reached (answers stay
+correct within that second), and :data:`LOCAL_TTL` (5 s) without Redis, where another process's change
+is seen within 5 s. A change made in the database without a session (``psql``) is seen when the entries
+expire. See docs/scale-out.md.
 
 **No stale write-back.** A value read from the database is stored only if no invalidation happened
 since the read began (a generation counter), so a read racing a change cannot put the old value back.
@@ -33,15 +37,20 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import ORMExecuteState, Session
 
+from parley.kit.bus import LOCAL_TTL as LOCAL_TTL  # the lifetimes (kit/bus.py), named here too
+from parley.kit.bus import LONG_TTL as LONG_TTL
+from parley.kit.bus import SHORT_TTL as SHORT_TTL
+from parley.kit.bus import BusCache, InvalidationBus
+from parley.kit.metrics import ORG_CONFIG_INVALIDATIONS
+
 if TYPE_CHECKING:
     from parley.kit.db import Database
 
-LOCAL_TTL = 5.0  # no Redis: this process's changes apply at once, other processes' within 5 s
-DISTRIBUTED_TTL = 1.0  # PARLEY_REDIS_URL set: other processes' changes within 1 s
 MAX_ENTRIES = 50_000
 _CHANGES = "org_cache_changes"
 _BEGUN = "org_cache_generation"
 _EVERY = "*"  # an organization id that never exists: "every organization" in a change set
+_MADE_HERE, _RECEIVED = ORG_CONFIG_INVALIDATIONS.labels("local"), ORG_CONFIG_INVALIDATIONS.labels("redis")
 
 T = TypeVar("T")
 
@@ -58,13 +67,14 @@ def watch(kind: str, *classes: type[Any]) -> None:
         _TABLES[cls.__table__.name] = kind
 
 
-class OrgCache:
-    """Values per ``(kind, organization id)`` of one database (module docstring)."""
+class OrgCache(BusCache):
+    """Values per ``(kind, organization id)`` of one database (module docstring); the lifetime
+    (:attr:`ttl`) follows the state of its bus (kit/bus.py)."""
 
     def __init__(self, *, max_entries: int = MAX_ENTRIES) -> None:
+        super().__init__()
         self.max_entries = max_entries
         self.generation = 0
-        self.ttl = LOCAL_TTL
         self._entries: dict[tuple[str, str], tuple[float, Any]] = {}
 
     def get(self, kind: str, organization_id: str) -> tuple[bool, Any]:
@@ -97,6 +107,25 @@ class OrgCache:
         self.generation += 1
         self._entries.clear()
 
+    def committed(self, changes: set[tuple[str, str]]) -> None:
+        """A transaction of this process committed ``changes``: drop them here, tell the others."""
+        _MADE_HERE.inc()
+        self.invalidate(changes)
+        if self.bus is not None:
+            self.publish(sorted([kind, org] for kind, org in changes))
+
+    def received(self, changes: Any) -> None:
+        """Another process committed ``changes`` (``[kind, organization]`` pairs, through the bus)."""
+        if not isinstance(changes, list):
+            raise TypeError("a list of [kind, organization] pairs")
+        pairs: set[tuple[str, str]] = set()
+        for pair in changes:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
+                raise TypeError("a pair is [kind, organization], both strings")
+            pairs.add((pair[0], pair[1]))
+        _RECEIVED.inc()
+        self.invalidate(pairs)
+
 
 # One cache per database, keyed by the engine's connection pool (as the identity cache).
 _CACHES: weakref.WeakKeyDictionary[Any, OrgCache] = weakref.WeakKeyDictionary()
@@ -122,10 +151,11 @@ def _cache_of_pool(pool: Any) -> OrgCache | None:
 
 
 def org_cache_of_database(database: Database, *, distributed: bool) -> OrgCache:
-    """The database's cache, its lifetime chosen (1 s with PARLEY_REDIS_URL, else 5 s)."""
+    """The database's cache; ``distributed`` (PARLEY_REDIS_URL) makes entries live 1 s until its
+    :class:`OrgBus` subscribes (then 30 s), else they live 5 s."""
     cache = _cache_of_pool(database.engine.sync_engine.pool)
     assert cache is not None
-    cache.ttl = DISTRIBUTED_TTL if distributed else LOCAL_TTL
+    cache.distributed = distributed
     return cache
 
 
@@ -221,10 +251,20 @@ def _apply_committed(session: Session) -> None:
         return
     cache = _CACHES.get(_pool_of(session)) if _pool_of(session) is not None else None
     if cache is not None:
-        cache.invalidate(changes)
+        cache.committed(changes)
 
 
 @event.listens_for(Session, "after_soft_rollback")
 def _forget_rolled_back(session: Session, previous_transaction: Any) -> None:
     if previous_transaction.parent is None:
         session.info.pop(_CHANGES, None)
+
+
+# --- distributed mode: invalidations through Redis pub/sub (kit/bus.py) -----------------------------
+
+
+class OrgBus(InvalidationBus):
+    """Publishes this process's configuration changes on ``<prefix>:org_config`` and applies every
+    other process's."""
+
+    name = "org_config"

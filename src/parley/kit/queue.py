@@ -47,6 +47,7 @@ from parley.kit.jobs import (
     run_job,
     update_queue_gauges,
 )
+from parley.kit.orgcache import OrgBus, org_cache_of_database
 from parley.kit.redis import COMMAND_TIMEOUT, CONNECT_TIMEOUT, key
 
 log = structlog.get_logger("parley.jobs")
@@ -344,10 +345,14 @@ def worker_context(settings: Settings) -> JobContext:
 async def run_worker(settings: Settings, *, concurrency: int, grace: int) -> None:
     """``parley worker``: work the queue until SIGTERM/SIGINT, then dispose of the database."""
     context = worker_context(settings)
+    # Jobs read configuration through kit/orgcache.py too: invalidated through Redis as in the app.
+    org_bus = OrgBus.from_settings(org_cache_of_database(context.db, distributed=True), settings)
+    org_bus.start()
     worker = QueueWorker(context, settings, concurrency=concurrency, grace=grace)
     try:
         await worker.run()
     finally:
+        await org_bus.stop()
         await context.state.jobs.stop()
         await context.db.dispose()
 
