@@ -37,6 +37,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import (
     AsyncAdapt_asyncpg_cursor,
     AsyncAdapt_asyncpg_dbapi,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.util import await_, greenlet_spawn
 
 from parley.kit.prepared import MAX_PREPARED, PreparedRead, PreparedReads
@@ -127,12 +128,22 @@ def dbapi() -> DeferredBeginDBAPI:
 log = structlog.get_logger("parley.db")
 
 
-async def _check_out(pool: Any, ready: Callable[[Any], bool]) -> Any:
+async def _check_out(pool: Any, ready: Callable[[Any], bool], dialect: Any) -> Any:
     """A connection of the pool: at once when one used a moment ago is idle, else in a greenlet (the
-    check-out may wait, connect or ping)."""
+    check-out may wait, connect or ping).
+
+    What the driver raises while connecting (the server refuses: too many connections, starting up) is
+    wrapped as the engine wraps it (``DBAPIError``): the pool alone hands it on bare, and the app's
+    error handlers answer only SQLAlchemy's errors by their SQLSTATE (503 for "unavailable, retry")."""
     at_once = getattr(pool, "connect_at_once", None)
     fairy: Any = at_once(ready) if at_once is not None else None
-    return fairy if fairy is not None else await greenlet_spawn(pool.connect)
+    if fairy is not None:
+        return fairy
+    dbapi_error = dialect.loaded_dbapi.Error
+    try:
+        return await greenlet_spawn(pool.connect)
+    except dbapi_error as error:
+        raise DBAPIError.instance(None, None, error, dbapi_error, dialect=dialect) from error
 
 
 async def _check_in(pool: Any, fairy: Any) -> None:
@@ -186,6 +197,7 @@ class PooledReader:
 
     def __init__(self, engine: Any, *, ready: Callable[[Any], bool] = lambda _record: False) -> None:
         self.pool = engine.sync_engine.pool
+        self.dialect = engine.dialect
         # ``ready(record)``: the engine's checkout listeners need no I/O for that idle connection
         # (kit.db's idle ping); then it is checked out without a greenlet.
         self.ready = ready
@@ -197,7 +209,7 @@ class PooledReader:
         if ready is None:
             return False, []
         (prepared,), (values,) = ready
-        fairy = await _check_out(self.pool, self.ready)
+        fairy = await _check_out(self.pool, self.ready, self.dialect)
         try:
             driver = _idle_driver(fairy)
             if driver is None:
@@ -316,6 +328,7 @@ class PooledWriter:
 
     def __init__(self, engine: Any, *, ready: Callable[[Any], bool] = lambda _record: False) -> None:
         self.pool = engine.sync_engine.pool
+        self.dialect = engine.dialect
         self.ready = ready
         self._prepared = PreparedReads(engine.dialect)
         # Each tuple of statements' merged SQL (None: not mergeable), bounded as PreparedReads is.
@@ -329,7 +342,7 @@ class PooledWriter:
             return False, []
         prepared, bound = ready
         merged = self._merged_sql(prepared)
-        fairy = await _check_out(self.pool, self.ready)
+        fairy = await _check_out(self.pool, self.ready, self.dialect)
         try:
             driver = _idle_driver(fairy)
             if driver is None:
