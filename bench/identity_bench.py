@@ -14,12 +14,10 @@ Needs PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (database 9, a ke
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import os
 import re
 import secrets
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,24 +27,10 @@ import uuid
 from pathlib import Path
 
 import httpx
-import jwt
 
 ROOT = Path(__file__).resolve().parent.parent
-REDIS_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
-JWT_SECRET = "bench-secret-" + "x" * 40
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _token(sub: str) -> str:
-    now = int(time.time())
-    return jwt.encode({"sub": sub, "iat": now, "exp": now + 3600}, JWT_SECRET, algorithm="HS256")
+sys.path.insert(0, str(ROOT))
+from bench.cluster import JWT_SECRET, REDIS_URL, admin, free_port, stop, token  # noqa: E402
 
 
 def _hits(url: str) -> float:
@@ -79,16 +63,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
-    import asyncpg
-
     name = f"parley_bench_{uuid.uuid4().hex[:8]}"
-
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
-        await conn.execute(sql)
-        await conn.close()
-
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    admin(f'CREATE DATABASE "{name}"')
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -114,7 +90,7 @@ def main() -> None:
             )
             urls = []
             for label in ("a", "b"):
-                port = _free_port()
+                port = free_port()
                 data = Path(tmp) / label
                 data.mkdir()
                 processes.append(
@@ -134,7 +110,7 @@ def main() -> None:
                     except httpx.TransportError:
                         time.sleep(0.1)
             a, b = urls
-            owner = {"Authorization": f"Bearer {_token('bench-owner')}"}
+            owner = {"Authorization": f"Bearer {token('bench-owner')}"}
             org = httpx.post(f"{a}/api/organizations", json={"name": "Bench"}, headers=owner).json()["id"]
             owner["X-Organization-Id"] = org
             key_delays: list[float] = []
@@ -154,7 +130,7 @@ def main() -> None:
                     json={"subject": subject, "role": "member"},
                     headers=owner,
                 ).json()
-                member = {"Authorization": f"Bearer {_token(subject)}", "X-Organization-Id": org}
+                member = {"Authorization": f"Bearer {token(subject)}", "X-Organization-Id": org}
                 _warm(b, f"/api/organizations/{org}", member)
                 removed = httpx.delete(
                     f"{a}/api/organizations/{org}/members/{added['user_id']}", headers=owner
@@ -162,21 +138,7 @@ def main() -> None:
                 assert removed.status_code == 200
                 member_delays.append(_until_refused(b, f"/api/organizations/{org}", member, 404))
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGINT)
-        for process in processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL)
-        keys = list(client.scan_iter(match=f"*{prefix}*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        stop(processes, name, prefix)
 
     print(f"\n| change on A, refused on B ({args.rounds} rounds) | median ms | p90 ms | max ms |")
     print("|---|---|---|---|")

@@ -20,11 +20,9 @@ Needs PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 (database 9, key 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import os
 import secrets
-import signal
 import statistics
 import subprocess
 import sys
@@ -34,12 +32,11 @@ import uuid
 from pathlib import Path
 
 import httpx
-import jwt
 
 ROOT = Path(__file__).resolve().parent.parent
-REDIS_URL = os.environ.get("PARLEY_TEST_REDIS_URL", "redis://127.0.0.1:6379/9")
-ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-JWT_SECRET = "bench-secret-" + "x" * 40
+sys.path.insert(0, str(ROOT))
+from bench.cluster import JWT_SECRET, REDIS_URL, admin, free_port, stop, token  # noqa: E402
+
 PHONE = "ruf mich an unter 0171 9876543"
 REDACTED = "ruf mich an unter [phone]"
 ECHO = {
@@ -50,29 +47,6 @@ ECHO = {
         {"id": "echo", "type": "say", "text": "Echo {{ said }}.", "next": "ask"},
     ],
 }
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _token(sub: str) -> str:
-    now = int(time.time())
-    return jwt.encode({"sub": sub, "iat": now, "exp": now + 3600}, JWT_SECRET, algorithm="HS256")
-
-
-async def _admin(sql: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(ADMIN_DSN)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 class Pair:
@@ -102,13 +76,13 @@ class Pair:
         self.turns: list[float] = []
 
     def start(self) -> None:
-        asyncio.run(_admin(f'CREATE DATABASE "{self.database}"'))
+        admin(f'CREATE DATABASE "{self.database}"')
         subprocess.run(
             [sys.executable, "-m", "parley", "db", "upgrade"], env=self.env, check=True, capture_output=True
         )
         urls = []
         for name in ("a", "b"):
-            port = _free_port()
+            port = free_port()
             data = self.tmp / name
             data.mkdir(parents=True)
             self.processes.append(
@@ -131,7 +105,7 @@ class Pair:
             else:
                 raise RuntimeError(f"{url} did not start")
         self.a, self.b = urls
-        owner = {"Authorization": f"Bearer {_token('bench-owner')}"}
+        owner = {"Authorization": f"Bearer {token('bench-owner')}"}
         org = httpx.post(f"{self.a}/api/organizations", json={"name": "Bench"}, headers=owner).json()["id"]
         self.headers = {**owner, "X-Organization-Id": org}
         flow = httpx.post(
@@ -175,21 +149,7 @@ class Pair:
             self.delays.append(time.perf_counter() - start)
 
     def stop(self) -> None:
-        for process in self.processes:
-            process.send_signal(signal.SIGINT)
-        for process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL)
-        keys = list(client.scan_iter(match=f"*{self.prefix}*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        stop(self.processes, self.database, self.prefix)
 
 
 def _ms(values: list[float], share: float) -> float:
