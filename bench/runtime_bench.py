@@ -319,13 +319,18 @@ def main() -> None:
             connector_env,
             Path(tmp, "connector.log"),
         )
-        platform = start(
-            "parley.app:create_app_from_env",
-            platform_port,
-            platform_env,
-            Path(tmp, "platform.log"),
-            profile=args.profile,
-        )
+        try:
+            platform = start(
+                "parley.app:create_app_from_env",
+                platform_port,
+                platform_env,
+                Path(tmp, "platform.log"),
+                profile=args.profile,
+            )
+        except BaseException:
+            connector.terminate()  # not left running when the platform does not start
+            connector.wait(timeout=10)
+            raise
         pinned = contextlib.ExitStack()
         if args.pin:
             os.sched_setaffinity(platform.pid, {0})
