@@ -320,6 +320,20 @@ async def delete_rule(session: AsyncSession, organization_id: str, rule_id: str)
 # --- the hook: brain signals → deliveries -------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Route:
+    """An enabled rule with its enabled channel, as planning needs it (kept in the per-organization
+    cache: detached from any session)."""
+
+    rule_id: str
+    signal_type: str
+    min_severity: str
+    throttle_minutes: int | None
+    channel_id: str
+    channel_type: str
+    channel_name: str
+
+
 def _matches(route: _Route, signal: RaisedSignal) -> bool:
     if route.signal_type not in ("*", signal.type):
         return False
@@ -341,20 +355,6 @@ async def _throttled(
         .limit(1)
     )
     return recent is not None
-
-
-@dataclass(frozen=True)
-class _Route:
-    """An enabled rule with its enabled channel, as planning needs it (kept in the per-organization
-    cache: detached from any session)."""
-
-    rule_id: str
-    signal_type: str
-    min_severity: str
-    throttle_minutes: int | None
-    channel_id: str
-    channel_type: str
-    channel_name: str
 
 
 _ROUTES = "notifications.routes"
