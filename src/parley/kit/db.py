@@ -14,6 +14,7 @@ import functools
 import json
 import re
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -419,7 +420,7 @@ async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
     A bare session (not opened by a unit of work) has no database to open another from: the block
     then runs in a savepoint of ``session`` itself, so a failure inside cannot spoil its transaction.
     """
-    request_unit: RequestUnit | None = session.info.get("request_unit")
+    request_unit = _unit_of(session.info, "request_unit")
     if request_unit is not None and request_unit.reader is not None:
         # Authentication's reader is still open: read through it (one connection less), then give it
         # back, so it does not wait on the I/O that follows either.
@@ -443,6 +444,12 @@ async def short_read(session: AsyncSession) -> AsyncIterator[AsyncSession]:
             await reader.close()
 
 
+def _unit_of(info: dict[str, Any], key: str) -> RequestUnit | None:
+    """The request unit a session's ``info`` refers to (weakly, see RequestUnit), if it still exists."""
+    ref: weakref.ref[RequestUnit] | None = info.get(key)
+    return ref() if ref is not None else None
+
+
 class RequestUnit:
     """A request's unit of work: a reader for authentication and the handler's (writing) session.
 
@@ -461,10 +468,13 @@ class RequestUnit:
         self.write = request.method not in SAFE_METHODS
         # The app sets its job queue beside its database (the lifespan, or create_app for a handed-in
         # database); the job runner builds on this module, so it is read from the state, not built here.
+        # The sessions' info reaches the unit through a weak reference: the unit holds its sessions,
+        # so a strong one would make every request a reference cycle, which only the garbage collector
+        # frees (its full collections then paused every request in flight; docs/benchmarks.md).
         self.info: dict[str, Any] = {
             "jobs": request.app.state.jobs,
             "database": self.database,
-            "request_unit": self,
+            "request_unit": weakref.ref(self),
         }
         self.reader: AsyncSession | None = None
         self.writer: AsyncSession | None = None
@@ -584,7 +594,7 @@ class RequestUnit:
     def attach_writer(self, writer: AsyncSession) -> None:
         # Before the writer's first statement or flush, the reader hands over (the listeners below).
         self.writer = writer
-        writer.sync_session.info["hand_over_from"] = self
+        writer.sync_session.info["hand_over_from"] = weakref.ref(self)
 
     def _adopt_hooks(self, reader: Session) -> None:
         for key in ("before_commit", "after_commit"):
@@ -634,14 +644,14 @@ class RequestUnit:
 # session cost more than the statements of a short request).
 @event.listens_for(Session, "do_orm_execute")
 def _hand_over_before_statement(state: Any) -> None:
-    unit: RequestUnit | None = state.session.info.get("hand_over_from")
+    unit = _unit_of(state.session.info, "hand_over_from")
     if unit is not None:
         unit.hand_over_to(state.session)
 
 
 @event.listens_for(Session, "before_flush")
 def _hand_over_before_flush(session: Session, _context: Any, _instances: Any) -> None:
-    unit: RequestUnit | None = session.info.get("hand_over_from")
+    unit = _unit_of(session.info, "hand_over_from")
     if unit is not None:
         unit.hand_over_to(session)
 
@@ -674,7 +684,7 @@ async def read_rows(
     the request ends without a transaction to close. Anywhere else (a writer, a session already in a
     transaction or bound to one connection) the statement runs in the session, inside its transaction.
     """
-    unit: RequestUnit | None = session.info.get("request_unit")
+    unit = _unit_of(session.info, "request_unit")
     if (
         unit is not None
         and not unit.write
@@ -725,7 +735,7 @@ async def commit_now(
     transaction of its own, so a caller uses it only for its request's last write (the sessions
     routes: ``commit_at_once``).
     """
-    unit: RequestUnit | None = session.info.get("request_unit")
+    unit = _unit_of(session.info, "request_unit")
     if unit is None or unit.writer is not session or unit.done:
         return None
     database = unit.database

@@ -233,8 +233,17 @@ class DrainMiddleware:
         await self.app(scope, receive, send)
 
 
+# Net new container objects between two young collections (CPython's default is 700). Objects of the
+# requests in flight are young and freed by reference counting within milliseconds; at 700, a server
+# with tens of requests in flight collected a few hundred times a second, each time promoting those
+# requests' objects to older generations, whose collections then paused every request in flight
+# (docs/benchmarks.md, "GET by id", eleventh round). Garbage in reference cycles is still collected.
+YOUNG_GENERATION_THRESHOLD = 10_000
+
+
 def settle_heap() -> None:
-    """Move what start-up built (modules, routes, schemas, the app) out of the garbage collector's reach.
+    """Move what start-up built (modules, routes, schemas, the app) out of the garbage collector's reach,
+    and collect the young generation less often.
 
     Those objects live as long as the process, yet every full collection walked all of them: under load
     the collector's pauses cost a third of a simple request's throughput and most of its p99
@@ -243,3 +252,5 @@ def settle_heap() -> None:
     """
     gc.collect()
     gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, old)
