@@ -131,11 +131,36 @@ def wrk(url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
     }
 
 
-def measured(pid: int, url: str, headers: dict[str, str], duration: int) -> dict[str, float]:
-    """wrk's figures plus the server's CPU milliseconds per request over the run."""
+_GC_LINE = re.compile(
+    r'^python_gc_(collections|objects_collected)_total\{generation="(\d)"\} ([\d.e+]+)$', re.M
+)
+
+
+def gc_counters(metrics_url: str) -> dict[str, float]:
+    """The server's garbage-collector counters from its Prometheus metrics: collections and objects
+    freed by the collector (not by reference counting), per generation. Counts, not times: what load on
+    the machine does not move."""
+    text = httpx.get(metrics_url, timeout=10).text
+    return {f"{kind}_{generation}": float(value) for kind, generation, value in _GC_LINE.findall(text)}
+
+
+def measured(
+    pid: int, url: str, headers: dict[str, str], duration: int, metrics_url: str | None = None
+) -> dict[str, float]:
+    """wrk's figures plus the server's CPU milliseconds per request over the run, and with
+    ``metrics_url`` its full collections per 10,000 requests and objects the collector freed per request."""
     before = cpu_seconds(pid)
+    gc_before = gc_counters(metrics_url) if metrics_url else {}
     result = wrk(url, headers, duration)
     result["cpu_ms"] = (cpu_seconds(pid) - before) * 1000 / max(result["requests"], 1.0)
+    if metrics_url:
+        gc_after = gc_counters(metrics_url)
+        requests = max(result["requests"], 1.0)
+        delta = {name: gc_after.get(name, 0.0) - value for name, value in gc_before.items()}
+        result["full_gc_per_10k"] = delta.get("collections_2", 0.0) * 10_000 / requests
+        result["gc_freed_per_request"] = (
+            sum(v for k, v in delta.items() if k.startswith("objects")) / requests
+        )
     return result
 
 
@@ -258,7 +283,7 @@ def main() -> None:
                         with server(serve, candidate_env, f"{base}/healthz") as process:
                             wrk(url, headers, 2)  # warm-up: imports, pool, caches
                             results.setdefault(f"GET /api/api-keys/{{id}} ({engine}{label})", []).append(
-                                measured(process.pid, url, headers, args.duration)
+                                measured(process.pid, url, headers, args.duration, f"{base}/metrics")
                             )
                     print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
             finally:
@@ -269,15 +294,22 @@ def main() -> None:
     baseline = statistics.median(r["rps"] for r in results["bare ASGI, same JSON"])
     print(
         f"\n| candidate | req/s (median of {args.rounds}) | × bare ASGI | p50 ms | p99 ms | "
-        "server CPU ms / request | errors |"
+        "server CPU ms / request | full GCs / 10k requests | objects the GC freed / request | errors |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         rps = statistics.median(r["rps"] for r in runs)
+        gc_columns = (
+            f"{statistics.median(r['full_gc_per_10k'] for r in runs):.2f} "
+            f"| {statistics.median(r['gc_freed_per_request'] for r in runs):.2f}"
+            if all("full_gc_per_10k" in r for r in runs)
+            else "– | –"
+        )
         print(
             f"| {name} | {rps:,.0f} | {rps / baseline:.3f} | {statistics.median(r['p50_ms'] for r in runs):.1f} "
             f"| {statistics.median(r['p99_ms'] for r in runs):.1f} "
-            f"| {statistics.median(r['cpu_ms'] for r in runs):.3f} | {int(sum(r['errors'] for r in runs))} |"
+            f"| {statistics.median(r['cpu_ms'] for r in runs):.3f} | {gc_columns} "
+            f"| {int(sum(r['errors'] for r in runs))} |"
         )
 
 
