@@ -11,6 +11,8 @@ leave no request unit alive once it has answered: reference counting alone has f
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import httpx
@@ -59,3 +61,20 @@ async def test_requests_free_their_unit_without_the_garbage_collector(
         assert flows.status_code == 200, flows.text
 
     assert _units_alive() == before
+
+
+def test_a_serving_process_settles_its_heap_and_collects_young_objects_less_often() -> None:
+    """``settle_heap`` (what ``parley serve`` calls once the app is built) freezes what start-up built and
+    raises the young generation's threshold; run in a process of its own, as it changes the collector."""
+    code = (
+        "import gc\n"
+        "from parley.kit.lifecycle import YOUNG_GENERATION_THRESHOLD, settle_heap\n"
+        "default = gc.get_threshold()\n"
+        "settle_heap()\n"
+        "print(default[1:] == gc.get_threshold()[1:], gc.get_threshold()[0] == YOUNG_GENERATION_THRESHOLD,"
+        " gc.get_freeze_count() > 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["True", "True", "True"]
