@@ -17,11 +17,11 @@ import aiosmtplib
 import httpx
 import orjson
 
+from parley.kit.delivery import Outcome
 from parley.kit.outbound import BlockedDestination, OutboundPolicy, guarded_client, read_limited
 from parley.kit.signing import SIGNATURE_HEADER, sign
 from parley.notifications.destinations import DestinationRefused, open_guarded_socket
 
-Outcome = Literal["delivered", "transient", "permanent"]
 DELIVERY_HEADER = "X-Parley-Delivery"
 EVENT_HEADER = "X-Parley-Event"
 USER_AGENT = "Parley-Notifications/1.0"

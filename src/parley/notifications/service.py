@@ -19,6 +19,7 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import after_commit, plain_insert, short_read, utcnow
+from parley.kit.delivery import RetryPolicy, settle
 from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
@@ -54,7 +55,6 @@ log = structlog.get_logger("parley.notifications")
 DELIVER_JOB = "notifications.deliver"
 SEVERITY_RANK = {"info": 0, "low": 1, "medium": 2, "high": 3, "critical": 4}
 DEFAULT_PORTS = {"starttls": 587, "ssl": 465, "none": 25}
-FINAL = frozenset({"delivered", "failed"})
 
 
 def _invalid(field: str, message: str, kind: str = "value_error") -> InvalidFields:
@@ -547,9 +547,8 @@ async def _send(
     )
 
 
-def retry_delay(settings: Settings, attempts: int) -> float:
-    delays = settings.notification_retry_seconds
-    return float(delays[min(attempts - 1, len(delays) - 1)]) if delays else 0.0
+def retry_policy(settings: Settings) -> RetryPolicy:
+    return RetryPolicy(settings.notification_retry_seconds, settings.notification_max_attempts)
 
 
 def record_attempt(
@@ -562,6 +561,7 @@ def record_attempt(
     retry: bool,
 ) -> float | None:
     """Log the attempt and move the delivery on; returns the delay before a retry, if one is due."""
+    detail = result.detail[:1000]
     session.add(
         NotificationAttempt(
             id=new_id("nda"),
@@ -570,26 +570,12 @@ def record_attempt(
             number=delivery.attempts,
             outcome=result.outcome,
             status_code=result.status_code,
-            detail=result.detail[:1000],
+            detail=detail,
             duration_ms=result.duration_ms,
             started_at=started_at,
         )
     )
-    now = utcnow()
-    delivery.last_status_code = result.status_code
-    delivery.claimed_at = None
-    delivery.updated_at = now
-    if result.outcome == "delivered":
-        delivery.status, delivery.delivered_at, delivery.last_error = "delivered", now, None
-        delivery.next_attempt_at = None
-        return None
-    delivery.last_error = result.detail[:1000]
-    if retry and result.outcome == "transient" and delivery.attempts < settings.notification_max_attempts:
-        delay = retry_delay(settings, delivery.attempts)
-        delivery.status, delivery.next_attempt_at = "retrying", now + timedelta(seconds=delay)
-        return delay
-    delivery.status, delivery.next_attempt_at = "failed", None
-    return None
+    return settle(delivery, retry_policy(settings), result, detail, retry=retry)
 
 
 async def test_channel(

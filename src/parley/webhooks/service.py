@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 
 import httpx
@@ -27,6 +27,7 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import plain_insert, short_read, utcnow
+from parley.kit.delivery import Outcome, RetryPolicy, settle
 from parley.kit.errors import InvalidFields
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
@@ -50,7 +51,6 @@ from parley.webhooks.schemas import (
 log = structlog.get_logger("parley.webhooks")
 
 DELIVER_JOB = "webhooks.deliver"
-FINAL = frozenset({"delivered", "failed"})
 EVENT_HEADER = "X-Parley-Event"
 DELIVERY_HEADER = "X-Parley-Delivery"
 USER_AGENT = "Parley-Webhooks/1.0"
@@ -310,7 +310,7 @@ def envelope(event: WebhookEvent, *, test: bool = False) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class SendResult:
-    outcome: str  # delivered | transient | permanent
+    outcome: Outcome
     status_code: int | None
     error: str | None
     snippet: str | None = None
@@ -367,7 +367,7 @@ async def post(
     if 300 <= status < 400:
         error = f"The receiver redirected (HTTP {status}); configure the final URL."
         return SendResult("permanent", status, error, snippet, latency)
-    outcome = "transient" if status >= 500 or status in _TRANSIENT_HTTP else "permanent"
+    outcome: Outcome = "transient" if status >= 500 or status in _TRANSIENT_HTTP else "permanent"
     return SendResult(outcome, status, f"The receiver answered HTTP {status}.", snippet, latency)
 
 
@@ -388,9 +388,12 @@ async def send(
         return SendResult("permanent", None, "The event could not be sent (an internal error).")
 
 
+def retry_policy(settings: Settings) -> RetryPolicy:
+    return RetryPolicy(settings.webhook_retry_seconds, settings.webhook_max_attempts)
+
+
 def retry_delay(settings: Settings, attempts: int) -> float:
-    delays = settings.webhook_retry_seconds
-    return float(delays[min(attempts - 1, len(delays) - 1)]) if delays else 0.0
+    return retry_policy(settings).delay(attempts)
 
 
 def record_attempt(
@@ -403,6 +406,7 @@ def record_attempt(
     retry: bool,
 ) -> float | None:
     """Log the attempt and move the delivery on; returns the delay before a retry, if one is due."""
+    error = (result.error or "")[:1000] or None
     session.add(
         WebhookAttempt(
             id=new_id("wha"),
@@ -412,26 +416,12 @@ def record_attempt(
             outcome=result.outcome,
             status_code=result.status_code,
             latency_ms=result.latency_ms,
-            error=(result.error or "")[:1000] or None,
+            error=error,
             response_snippet=(result.snippet or "")[:500] or None,
             started_at=started_at,
         )
     )
-    now = utcnow()
-    delivery.last_status_code = result.status_code
-    delivery.claimed_at = None
-    delivery.updated_at = now
-    if result.outcome == "delivered":
-        delivery.status, delivery.delivered_at, delivery.last_error = "delivered", now, None
-        delivery.next_attempt_at = None
-        return None
-    delivery.last_error = (result.error or "")[:1000] or None
-    if retry and result.outcome == "transient" and delivery.attempts < settings.webhook_max_attempts:
-        delay = retry_delay(settings, delivery.attempts)
-        delivery.status, delivery.next_attempt_at = "retrying", now + timedelta(seconds=delay)
-        return delay
-    delivery.status, delivery.next_attempt_at = "failed", None
-    return None
+    return settle(delivery, retry_policy(settings), result, error, retry=retry)
 
 
 def sample_data(event_type: str, organization_id: str) -> dict[str, Any]:
