@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 
+from pydantic import BaseModel
 from sqlalchemy import Table, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -96,17 +97,41 @@ def settle(
     return None
 
 
+def _table(model: type[Any]) -> Table:
+    return cast(Table, model.__table__)
+
+
 D = TypeVar("D", bound=DeliveryRow)
 R = TypeVar("R", bound=Sent)
+Out = TypeVar("Out", bound=BaseModel)
+
+
+async def attempt_logs(
+    session: AsyncSession, model: type[Any], deliveries: Sequence[DeliveryRow], out: type[Out]
+) -> dict[str, list[Out]]:
+    """The attempts (rows of ``model``) of ``deliveries`` of one organization as ``out``, by delivery id,
+    in the order they were made."""
+    if not deliveries:
+        return {}
+    table = _table(model)
+    rows = await session.scalars(
+        select(model)
+        .where(
+            table.c.organization_id == deliveries[0].organization_id,
+            table.c.delivery_id.in_([d.id for d in deliveries]),
+        )
+        .order_by(table.c.delivery_id, table.c.number, table.c.id)
+    )
+    logs: dict[str, list[Out]] = {}
+    for row in rows:
+        logs.setdefault(row.delivery_id, []).append(out.model_validate(row))
+    return logs
+
 
 # In the claim's unit: read what sending needs, and return the attempt to run once that unit is over.
 Prepare = Callable[[AsyncSession, Settings, D], Awaitable[Callable[[], Awaitable[R]]]]
 # In a short unit of its own: log the attempt, move the delivery on; the delay before a retry, if any.
 Record = Callable[[AsyncSession, Settings, D, R, datetime], float | None]
-
-
-def _table(model: type[Any]) -> Table:
-    return cast(Table, model.__table__)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import after_commit, plain_insert, short_read, utcnow
-from parley.kit.delivery import RetryPolicy, settle
+from parley.kit.delivery import RetryPolicy, attempt_logs, settle
 from parley.kit.errors import Conflict, InvalidFields
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
@@ -615,20 +615,7 @@ async def test_channel(
 async def attempts_of(
     session: AsyncSession, deliveries: Sequence[NotificationDelivery]
 ) -> dict[str, list[AttemptOut]]:
-    if not deliveries:
-        return {}
-    rows = await session.scalars(
-        select(NotificationAttempt)
-        .where(
-            NotificationAttempt.organization_id == deliveries[0].organization_id,
-            NotificationAttempt.delivery_id.in_([d.id for d in deliveries]),
-        )
-        .order_by(NotificationAttempt.delivery_id, NotificationAttempt.number, NotificationAttempt.id)
-    )
-    out: dict[str, list[AttemptOut]] = {}
-    for row in rows:
-        out.setdefault(row.delivery_id, []).append(AttemptOut.model_validate(row))
-    return out
+    return await attempt_logs(session, NotificationAttempt, deliveries, AttemptOut)
 
 
 def to_delivery_out(delivery: NotificationDelivery, attempts: list[AttemptOut] | None = None) -> DeliveryOut:

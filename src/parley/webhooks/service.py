@@ -27,7 +27,7 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import plain_insert, short_read, utcnow
-from parley.kit.delivery import Outcome, RetryPolicy, settle
+from parley.kit.delivery import Outcome, RetryPolicy, attempt_logs, settle
 from parley.kit.errors import InvalidFields
 from parley.kit.filters import as_utc, text_filter
 from parley.kit.ids import new_id
@@ -521,20 +521,7 @@ async def test_subscription(
 async def attempts_of(
     session: AsyncSession, deliveries: Sequence[WebhookDelivery]
 ) -> dict[str, list[AttemptOut]]:
-    if not deliveries:
-        return {}
-    rows = await session.scalars(
-        select(WebhookAttempt)
-        .where(
-            WebhookAttempt.organization_id == deliveries[0].organization_id,
-            WebhookAttempt.delivery_id.in_([d.id for d in deliveries]),
-        )
-        .order_by(WebhookAttempt.delivery_id, WebhookAttempt.number, WebhookAttempt.id)
-    )
-    out: dict[str, list[AttemptOut]] = {}
-    for row in rows:
-        out.setdefault(row.delivery_id, []).append(AttemptOut.model_validate(row))
-    return out
+    return await attempt_logs(session, WebhookAttempt, deliveries, AttemptOut)
 
 
 def _delivery_fields(delivery: WebhookDelivery, attempts: list[AttemptOut] | None) -> dict[str, Any]:
