@@ -21,7 +21,7 @@ from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import after_commit, plain_insert, short_read, utcnow
 from parley.kit.delivery import RetryPolicy, attempt_logs, settle
 from parley.kit.errors import Conflict, InvalidFields
-from parley.kit.filters import as_utc, text_filter
+from parley.kit.filters import created_within, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.orgcache import cached, watch
@@ -690,8 +690,4 @@ def deliveries_query(organization_id: str, filters: DeliveryFilters) -> Select[N
             stmt = stmt.where(column == text)
     if filters.severity is not None:
         stmt = stmt.where(NotificationDelivery.severity == filters.severity)
-    if (start := as_utc(filters.since, "since")) is not None:
-        stmt = stmt.where(NotificationDelivery.created_at >= start)
-    if (end := as_utc(filters.until, "until")) is not None:
-        stmt = stmt.where(NotificationDelivery.created_at < end)
-    return stmt
+    return created_within(stmt, NotificationDelivery.created_at, filters.since, filters.until)

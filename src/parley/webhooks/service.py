@@ -29,7 +29,7 @@ from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import plain_insert, short_read, utcnow
 from parley.kit.delivery import Outcome, RetryPolicy, attempt_logs, settle
 from parley.kit.errors import InvalidFields
-from parley.kit.filters import as_utc, text_filter
+from parley.kit.filters import created_within, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.orgcache import cached, watch
@@ -577,8 +577,4 @@ def deliveries_query(organization_id: str, filters: DeliveryFilters) -> Select[W
         stmt = stmt.where(WebhookDelivery.status == filters.status)
     if filters.kind is not None:
         stmt = stmt.where(WebhookDelivery.kind == filters.kind)
-    if (start := as_utc(filters.since, "since")) is not None:
-        stmt = stmt.where(WebhookDelivery.created_at >= start)
-    if (end := as_utc(filters.until, "until")) is not None:
-        stmt = stmt.where(WebhookDelivery.created_at < end)
-    return stmt
+    return created_within(stmt, WebhookDelivery.created_at, filters.since, filters.until)
