@@ -1,13 +1,22 @@
-"""The retry schedule and the delivery row's moves after an attempt, shared by webhooks and notifications."""
+"""The retry schedule, the delivery row's moves after an attempt and how one POST is judged, shared by
+webhooks and notifications."""
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
-from parley.kit.delivery import FINAL, RetryPolicy, settle
+from parley.kit.delivery import FINAL, Posted, RetryPolicy, excerpt, post_once, settle
+from parley.kit.outbound import OutboundPolicy
+from tests.live import serve_in_thread
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -83,3 +92,56 @@ def test_otherwise_the_delivery_fails(outcome: str, attempts: int, retry: bool) 
     assert settle(row, Schedule().policy(), Result(outcome, None), "why", retry=retry) is None
     assert row.status == "failed" and row.next_attempt_at is None and row.delivered_at is None
     assert row.last_error == "why" and row.claimed_at is None
+
+
+def test_an_excerpt_folds_whitespace_and_cuts_at_200_characters() -> None:
+    assert excerpt("  a\n\tb  ") == "a b"
+    assert excerpt(" \n ") == ""
+    assert excerpt("x" * 201) == "x" * 200 + "…" and excerpt("x" * 200) == "x" * 200
+
+
+async def _answer(request: Request) -> Response:
+    code = int(request.path_params["code"])
+    headers = {"Location": "/elsewhere"} if 300 <= code < 400 else None
+    return PlainTextResponse("  the   receiver\nsaid ", status_code=code, headers=headers)
+
+
+@pytest.fixture(scope="module")
+def answering() -> Iterator[str]:
+    with serve_in_thread(Starlette(routes=[Route("/{code:int}", _answer, methods=["POST"])])) as url:
+        yield url
+
+
+LOOPBACK = OutboundPolicy.from_entries(["127.0.0.1"])
+
+
+@pytest.mark.parametrize(
+    ("code", "outcome", "reason"),
+    [
+        (200, "delivered", None),
+        (204, "delivered", None),
+        (307, "permanent", "The receiver redirected (HTTP 307); configure the final URL."),
+        (400, "permanent", None),
+        (404, "permanent", None),
+        (408, "transient", None),
+        (425, "transient", None),
+        (429, "transient", None),
+        (500, "transient", None),
+        (503, "transient", None),
+    ],
+)
+async def test_a_post_is_judged_by_the_status_it_got(
+    answering: str, code: int, outcome: str, reason: str | None
+) -> None:
+    posted = await post_once(LOOPBACK, f"{answering}/{code}", b"{}", {}, 5.0)
+    assert (posted.outcome, posted.status_code, posted.reason) == (outcome, code, reason)
+    assert posted.text == ("" if code == 204 else "  the   receiver\nsaid ") and not posted.timed_out
+
+
+async def test_a_refused_destination_is_permanent_and_a_closed_port_transient(answering: str) -> None:
+    refused = await post_once(OutboundPolicy(), f"{answering}/200", b"{}", {}, 5.0)
+    assert refused.outcome == "permanent" and refused.status_code is None and refused.reason
+    with socket.socket() as bound:  # bound, never listening: the port is ours and refuses connections
+        bound.bind(("127.0.0.1", 0))
+        closed = await post_once(LOOPBACK, f"http://127.0.0.1:{bound.getsockname()[1]}/200", b"{}", {}, 5.0)
+    assert closed == Posted("transient", None, "The receiver cannot be reached.")

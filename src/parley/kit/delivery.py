@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, Protocol, TypeVar, cast
 
+import httpx
 from pydantic import BaseModel
 from sqlalchemy import Table, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -24,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.config import Settings
 from parley.kit.db import utcnow
 from parley.kit.jobs import JobContext, Payload, registry, runner_for
+from parley.kit.outbound import BlockedDestination, OutboundPolicy, guarded_client, read_limited
 
 Outcome = Literal["delivered", "transient", "permanent"]
 # Statuses a delivery never leaves.
@@ -42,6 +44,64 @@ class RetryPolicy:
         """Seconds to wait after the ``attempts``-th attempt failed."""
         delays = self.delays
         return float(delays[min(attempts - 1, len(delays) - 1)]) if delays else 0.0
+
+
+_MAX_RESPONSE_BYTES = 64 * 1024
+_EXCERPT = 200
+_TRANSIENT_HTTP = frozenset({408, 425, 429})
+
+
+def excerpt(text: str) -> str:
+    """The start of a receiver's answer for a log, whitespace folded ("" when it said nothing)."""
+    text = " ".join(text.split())
+    return text[:_EXCERPT] + ("…" if len(text) > _EXCERPT else "")
+
+
+@dataclass(frozen=True)
+class Posted:
+    """How one POST went. ``reason`` says why it failed when that is not the status itself: refused,
+    unreachable, no answer in time, a redirect; the domain words the rest. ``text`` is the answer's
+    start (at most 64 KiB read)."""
+
+    outcome: Outcome
+    status_code: int | None
+    reason: str | None = None
+    text: str = ""
+    timed_out: bool = False
+
+
+async def post_once(
+    policy: OutboundPolicy, url: str, body: bytes, headers: dict[str, str], seconds: float
+) -> Posted:
+    """One POST through the SSRF-guarded client, never following a redirect; never raises for a delivery
+    problem. 2xx delivers; 408, 425, 429, 5xx, a time-out or a failed connection are worth retrying;
+    any other answer, a redirect or a refused destination are not."""
+    try:
+        async with guarded_client(policy, timeout=seconds) as client:
+            request = client.build_request("POST", url, content=body, headers=headers)
+            response = await client.send(request, stream=True, follow_redirects=False)
+            try:
+                text = (await read_limited(response, _MAX_RESPONSE_BYTES)).decode("utf-8", "replace")
+            except Exception:  # an oversized or broken body does not change the status we got
+                text = ""
+            finally:
+                await response.aclose()
+    except BlockedDestination as exc:
+        return Posted("permanent", None, str(exc))
+    except httpx.TimeoutException:
+        return Posted("transient", None, "The receiver did not answer in time.", timed_out=True)
+    except httpx.HTTPError:
+        return Posted("transient", None, "The receiver cannot be reached.")
+    status = response.status_code
+    if 200 <= status < 300:
+        return Posted("delivered", status, None, text)
+    if 300 <= status < 400:
+        return Posted(
+            "permanent", status, f"The receiver redirected (HTTP {status}); configure the final URL.", text
+        )
+    return Posted(
+        "transient" if status >= 500 or status in _TRANSIENT_HTTP else "permanent", status, None, text
+    )
 
 
 class Sent(Protocol):

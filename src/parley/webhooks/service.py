@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-import httpx
 import orjson
 import structlog
 from pydantic_core import to_jsonable_python
@@ -27,13 +26,13 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import plain_insert, short_read, utcnow
-from parley.kit.delivery import Outcome, RetryPolicy, attempt_logs, settle
+from parley.kit.delivery import Outcome, RetryPolicy, attempt_logs, excerpt, post_once, settle
 from parley.kit.errors import InvalidFields
 from parley.kit.filters import created_within, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.orgcache import cached, watch
-from parley.kit.outbound import BlockedDestination, guarded_client, outbound_policy, read_limited
+from parley.kit.outbound import outbound_policy
 from parley.kit.signing import SIGNATURE_HEADER, sign
 from parley.kit.tenancy import get_owned, scoped
 from parley.notifications.destinations import DestinationRefused, check_url
@@ -54,9 +53,6 @@ DELIVER_JOB = "webhooks.deliver"
 EVENT_HEADER = "X-Parley-Event"
 DELIVERY_HEADER = "X-Parley-Delivery"
 USER_AGENT = "Parley-Webhooks/1.0"
-_MAX_RESPONSE_BYTES = 64 * 1024
-_SNIPPET = 200
-_TRANSIENT_HTTP = {408, 425, 429}
 
 
 def _invalid(field: str, message: str, kind: str = "value_error") -> InvalidFields:
@@ -318,13 +314,6 @@ class SendResult:
     timed_out: bool = False
 
 
-def _snippet(text: str) -> str | None:
-    text = " ".join(text.split())
-    if not text:
-        return None
-    return text[:_SNIPPET] + ("…" if len(text) > _SNIPPET else "")
-
-
 async def post(
     settings: Settings, url: str, secret: str, body: bytes, *, delivery_id: str, event_type: str
 ) -> SendResult:
@@ -337,38 +326,13 @@ async def post(
         SIGNATURE_HEADER: sign(secret, int(time.time()), body),
     }
     started = time.perf_counter()
-
-    def took() -> float:
-        return round((time.perf_counter() - started) * 1000, 1)
-
-    try:
-        async with guarded_client(outbound_policy(settings), timeout=settings.webhook_timeout) as client:
-            request = client.build_request("POST", url, content=body, headers=headers)
-            response = await client.send(request, stream=True, follow_redirects=False)
-            try:
-                text = (await read_limited(response, _MAX_RESPONSE_BYTES)).decode("utf-8", "replace")
-            except Exception:  # an oversized or broken body does not change the status we got
-                text = ""
-            finally:
-                await response.aclose()
-    except BlockedDestination as exc:
-        return SendResult("permanent", None, str(exc), latency_ms=took())
-    except httpx.TimeoutException:
-        return SendResult(
-            "transient", None, "The receiver did not answer in time.", latency_ms=took(), timed_out=True
-        )
-    except httpx.HTTPError:
-        return SendResult("transient", None, "The receiver cannot be reached.", latency_ms=took())
-    latency = took()
-    status = response.status_code
-    snippet = _snippet(text)
-    if 200 <= status < 300:
-        return SendResult("delivered", status, None, snippet, latency)
-    if 300 <= status < 400:
-        error = f"The receiver redirected (HTTP {status}); configure the final URL."
-        return SendResult("permanent", status, error, snippet, latency)
-    outcome: Outcome = "transient" if status >= 500 or status in _TRANSIENT_HTTP else "permanent"
-    return SendResult(outcome, status, f"The receiver answered HTTP {status}.", snippet, latency)
+    posted = await post_once(outbound_policy(settings), url, body, headers, settings.webhook_timeout)
+    latency = round((time.perf_counter() - started) * 1000, 1)
+    error = posted.reason
+    if error is None and posted.outcome != "delivered":
+        error = f"The receiver answered HTTP {posted.status_code}."
+    snippet = excerpt(posted.text) or None
+    return SendResult(posted.outcome, posted.status_code, error, snippet, latency, posted.timed_out)
 
 
 async def send(
