@@ -167,7 +167,7 @@ Out = TypeVar("Out", bound=BaseModel)
 
 
 async def attempt_logs(
-    session: AsyncSession, model: type[Any], deliveries: Sequence[DeliveryRow], out: type[Out]
+    session: AsyncSession, deliveries: Sequence[DeliveryRow], *, model: type[Any], out: type[Out]
 ) -> dict[str, list[Out]]:
     """The attempts (rows of ``model``) of ``deliveries`` of one organization as ``out``, by delivery id,
     in the order they were made."""

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -612,10 +613,8 @@ async def test_channel(
 # --- reading -----------------------------------------------------------------------------------
 
 
-async def attempts_of(
-    session: AsyncSession, deliveries: Sequence[NotificationDelivery]
-) -> dict[str, list[AttemptOut]]:
-    return await attempt_logs(session, NotificationAttempt, deliveries, AttemptOut)
+# The attempts of some deliveries as the API shows them, by delivery id.
+attempts_of = partial(attempt_logs, model=NotificationAttempt, out=AttemptOut)
 
 
 def to_delivery_out(delivery: NotificationDelivery, attempts: list[AttemptOut] | None = None) -> DeliveryOut:

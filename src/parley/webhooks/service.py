@@ -10,9 +10,9 @@ transaction (:mod:`parley.webhooks.tasks`).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, cast
 
 import orjson
@@ -482,10 +482,8 @@ async def test_subscription(
 # --- reading -----------------------------------------------------------------------------------
 
 
-async def attempts_of(
-    session: AsyncSession, deliveries: Sequence[WebhookDelivery]
-) -> dict[str, list[AttemptOut]]:
-    return await attempt_logs(session, WebhookAttempt, deliveries, AttemptOut)
+# The attempts of some deliveries as the API shows them, by delivery id.
+attempts_of = partial(attempt_logs, model=WebhookAttempt, out=AttemptOut)
 
 
 def _delivery_fields(delivery: WebhookDelivery, attempts: list[AttemptOut] | None) -> dict[str, Any]:
