@@ -27,7 +27,8 @@ from parley.kit.db import utcnow
 from parley.kit.jobs import JobContext, Payload, registry, runner_for
 from parley.kit.outbound import BlockedDestination, OutboundPolicy, guarded_client, read_limited
 
-Outcome = Literal["delivered", "transient", "permanent"]
+Outcome = Literal["delivered", "transient", "permanent"]  # of one attempt
+DeliveryStatus = Literal["pending", "sending", "retrying", "delivered", "failed"]
 # Statuses a delivery never leaves.
 FINAL = frozenset({"delivered", "failed"})
 RECOVERY_LIMIT = 1000
