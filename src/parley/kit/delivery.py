@@ -1,5 +1,6 @@
 """Delivering an outbound message with retries, the part webhook events and notifications share: the retry
-policy, moving a delivery row on after an attempt, the claim, the worker job's loop and the recovery query.
+policy, one guarded POST and how its answer is judged, moving a delivery row on after an attempt, the
+claim, the worker job's loop, the recovery query and reading the attempt log.
 
 What a message is, how it is sent and what an attempt's log row holds stay in the domains
 (:mod:`parley.webhooks`, :mod:`parley.notifications`); they hand this module their delivery model and
