@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Query
+from sqlalchemy import Select
+from sqlalchemy.orm import InstrumentedAttribute
 
 from parley.kit.errors import BadRequest
 
@@ -27,6 +29,21 @@ def as_utc(value: datetime | None, name: str) -> datetime | None:
         return value.astimezone(UTC)
     except (OverflowError, ValueError) as exc:
         raise BadRequest(f"{name} is out of range once converted to UTC.") from exc
+
+
+T = TypeVar("T", bound=Any)
+
+
+def created_within(
+    stmt: Select[T], column: InstrumentedAttribute[datetime], since: datetime | None, until: datetime | None
+) -> Select[T]:
+    """Rows whose ``column`` is at or after ``since`` and before ``until`` (either may be absent; 400 for a
+    time that cannot be expressed in UTC)."""
+    if (start := as_utc(since, "since")) is not None:
+        stmt = stmt.where(column >= start)
+    if (end := as_utc(until, "until")) is not None:
+        stmt = stmt.where(column < end)
+    return stmt
 
 
 Since = Annotated[

@@ -8,6 +8,7 @@ from parley.audit.dependencies import describe
 from parley.auth.dependencies import OrgAdmin, OrgReader, OrgWriter
 from parley.kit.body import ParsedBody
 from parley.kit.db import DbSession
+from parley.kit.delivery import DeliveryStatus
 from parley.kit.errors import documented
 from parley.kit.filters import Since, Until
 from parley.kit.pagination import Page, Pagination, paginate
@@ -24,7 +25,6 @@ from parley.notifications.schemas import (
     ChannelUpdate,
     DeliveryKind,
     DeliveryOut,
-    DeliveryStatus,
     NotificationTestIn,
     RuleCreate,
     RuleOut,

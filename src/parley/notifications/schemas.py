@@ -5,13 +5,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from parley.kit.delivery import DeliveryStatus
+from parley.kit.delivery import Outcome as AttemptOutcome
 from parley.kit.schemas import Severity, StrictModel
 
 ChannelType = Literal["webhook", "email", "slack"]
 SmtpSecurity = Literal["none", "starttls", "ssl"]
-DeliveryStatus = Literal["pending", "sending", "retrying", "delivered", "failed"]
 DeliveryKind = Literal["signal", "test"]
-AttemptOutcome = Literal["delivered", "transient", "permanent"]
 
 # Printable text: names end up in mail subjects and logs, and PostgreSQL refuses NUL characters.
 Label = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$")]

@@ -14,20 +14,16 @@ from email.utils import formatdate, make_msgid
 from typing import Any, Literal
 
 import aiosmtplib
-import httpx
 import orjson
 
-from parley.kit.outbound import BlockedDestination, OutboundPolicy, guarded_client, read_limited
+from parley.kit.delivery import Outcome, excerpt, post_once
+from parley.kit.outbound import OutboundPolicy
 from parley.kit.signing import SIGNATURE_HEADER, sign
 from parley.notifications.destinations import DestinationRefused, open_guarded_socket
 
-Outcome = Literal["delivered", "transient", "permanent"]
 DELIVERY_HEADER = "X-Parley-Delivery"
 EVENT_HEADER = "X-Parley-Event"
 USER_AGENT = "Parley-Notifications/1.0"
-_MAX_RESPONSE_BYTES = 64 * 1024
-_EXCERPT = 200
-_TRANSIENT_HTTP = {408, 425, 429}
 
 
 @dataclass(frozen=True)
@@ -64,48 +60,19 @@ class EmailTarget:
 Target = WebhookTarget | SlackTarget | EmailTarget
 
 
-def _excerpt(text: str) -> str:
-    text = " ".join(text.split())
-    return text[:_EXCERPT] + ("…" if len(text) > _EXCERPT else "")
-
-
-def _http_outcome(status: int) -> Outcome:
-    if 200 <= status < 300:
-        return "delivered"
-    if status >= 500 or status in _TRANSIENT_HTTP:
-        return "transient"
-    return "permanent"
-
-
 async def _post(
     policy: OutboundPolicy, url: str, body: bytes, headers: dict[str, str], seconds: float
 ) -> SendResult:
-    try:
-        async with guarded_client(policy, timeout=seconds) as client:
-            request = client.build_request("POST", url, content=body, headers=headers)
-            response = await client.send(request, stream=True, follow_redirects=False)
-            try:
-                text = (await read_limited(response, _MAX_RESPONSE_BYTES)).decode("utf-8", "replace")
-            except Exception:  # an oversized or broken body does not change the status we got
-                text = ""
-            finally:
-                await response.aclose()
-    except BlockedDestination as exc:
-        return SendResult("permanent", None, str(exc))
-    except httpx.TimeoutException:
-        return SendResult("transient", None, "The receiver did not answer in time.", timed_out=True)
-    except httpx.HTTPError:
-        return SendResult("transient", None, "The receiver cannot be reached.")
-    status = response.status_code
-    outcome = _http_outcome(status)
-    if outcome == "delivered":
-        return SendResult(outcome, status, f"Accepted with HTTP {status}.")
-    if 300 <= status < 400:
-        return SendResult(
-            "permanent", status, f"The receiver redirected (HTTP {status}); configure the final URL."
-        )
-    said = f": {_excerpt(text)}" if text.strip() else ""
-    return SendResult(outcome, status, f"The receiver answered HTTP {status}{said}")
+    posted = await post_once(policy, url, body, headers, seconds)
+    status = posted.status_code
+    if posted.outcome == "delivered":
+        detail = f"Accepted with HTTP {status}."
+    elif posted.reason is not None:
+        detail = posted.reason
+    else:
+        said = f": {excerpt(posted.text)}" if posted.text.strip() else ""
+        detail = f"The receiver answered HTTP {status}{said}"
+    return SendResult(posted.outcome, status, detail, timed_out=posted.timed_out)
 
 
 async def send_webhook(
@@ -207,12 +174,12 @@ async def send_email(
         return SendResult(outcome, codes[0] if codes else None, "The mail server refused every recipient.")
     except aiosmtplib.SMTPResponseException as exc:
         return SendResult(
-            _smtp_outcome(exc.code), exc.code, f"The mail server answered {exc.code}: {_excerpt(exc.message)}"
+            _smtp_outcome(exc.code), exc.code, f"The mail server answered {exc.code}: {excerpt(exc.message)}"
         )
     except aiosmtplib.SMTPTimeoutError:
         return SendResult("transient", None, "The mail server did not answer in time.", timed_out=True)
     except aiosmtplib.SMTPNotSupported as exc:
-        return SendResult("permanent", None, f"The mail server does not support this: {_excerpt(str(exc))}")
+        return SendResult("permanent", None, f"The mail server does not support this: {excerpt(str(exc))}")
     except (aiosmtplib.SMTPException, OSError):
         return SendResult("transient", None, "The connection to the mail server failed.")
     finally:
@@ -221,4 +188,4 @@ async def send_email(
         return SendResult(
             "delivered", 250, f"Accepted for {len(target.to) - len(refused)} of {len(target.to)} recipients."
         )
-    return SendResult("delivered", 250, f"Accepted by the mail server: {_excerpt(reply)}")
+    return SendResult("delivered", 250, f"Accepted by the mail server: {excerpt(reply)}")

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -19,8 +20,9 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import after_commit, plain_insert, short_read, utcnow
+from parley.kit.delivery import RetryPolicy, attempt_logs, settle
 from parley.kit.errors import Conflict, InvalidFields
-from parley.kit.filters import as_utc, text_filter
+from parley.kit.filters import created_within, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
 from parley.kit.orgcache import cached, watch
@@ -54,7 +56,6 @@ log = structlog.get_logger("parley.notifications")
 DELIVER_JOB = "notifications.deliver"
 SEVERITY_RANK = {"info": 0, "low": 1, "medium": 2, "high": 3, "critical": 4}
 DEFAULT_PORTS = {"starttls": 587, "ssl": 465, "none": 25}
-FINAL = frozenset({"delivered", "failed"})
 
 
 def _invalid(field: str, message: str, kind: str = "value_error") -> InvalidFields:
@@ -547,9 +548,8 @@ async def _send(
     )
 
 
-def retry_delay(settings: Settings, attempts: int) -> float:
-    delays = settings.notification_retry_seconds
-    return float(delays[min(attempts - 1, len(delays) - 1)]) if delays else 0.0
+def retry_policy(settings: Settings) -> RetryPolicy:
+    return RetryPolicy(settings.notification_retry_seconds, settings.notification_max_attempts)
 
 
 def record_attempt(
@@ -562,6 +562,7 @@ def record_attempt(
     retry: bool,
 ) -> float | None:
     """Log the attempt and move the delivery on; returns the delay before a retry, if one is due."""
+    detail = result.detail[:1000]
     session.add(
         NotificationAttempt(
             id=new_id("nda"),
@@ -570,26 +571,12 @@ def record_attempt(
             number=delivery.attempts,
             outcome=result.outcome,
             status_code=result.status_code,
-            detail=result.detail[:1000],
+            detail=detail,
             duration_ms=result.duration_ms,
             started_at=started_at,
         )
     )
-    now = utcnow()
-    delivery.last_status_code = result.status_code
-    delivery.claimed_at = None
-    delivery.updated_at = now
-    if result.outcome == "delivered":
-        delivery.status, delivery.delivered_at, delivery.last_error = "delivered", now, None
-        delivery.next_attempt_at = None
-        return None
-    delivery.last_error = result.detail[:1000]
-    if retry and result.outcome == "transient" and delivery.attempts < settings.notification_max_attempts:
-        delay = retry_delay(settings, delivery.attempts)
-        delivery.status, delivery.next_attempt_at = "retrying", now + timedelta(seconds=delay)
-        return delay
-    delivery.status, delivery.next_attempt_at = "failed", None
-    return None
+    return settle(delivery, retry_policy(settings), result, detail, retry=retry)
 
 
 async def test_channel(
@@ -626,23 +613,8 @@ async def test_channel(
 # --- reading -----------------------------------------------------------------------------------
 
 
-async def attempts_of(
-    session: AsyncSession, deliveries: Sequence[NotificationDelivery]
-) -> dict[str, list[AttemptOut]]:
-    if not deliveries:
-        return {}
-    rows = await session.scalars(
-        select(NotificationAttempt)
-        .where(
-            NotificationAttempt.organization_id == deliveries[0].organization_id,
-            NotificationAttempt.delivery_id.in_([d.id for d in deliveries]),
-        )
-        .order_by(NotificationAttempt.delivery_id, NotificationAttempt.number, NotificationAttempt.id)
-    )
-    out: dict[str, list[AttemptOut]] = {}
-    for row in rows:
-        out.setdefault(row.delivery_id, []).append(AttemptOut.model_validate(row))
-    return out
+# The attempts of some deliveries as the API shows them, by delivery id.
+attempts_of = partial(attempt_logs, model=NotificationAttempt, out=AttemptOut)
 
 
 def to_delivery_out(delivery: NotificationDelivery, attempts: list[AttemptOut] | None = None) -> DeliveryOut:
@@ -717,8 +689,4 @@ def deliveries_query(organization_id: str, filters: DeliveryFilters) -> Select[N
             stmt = stmt.where(column == text)
     if filters.severity is not None:
         stmt = stmt.where(NotificationDelivery.severity == filters.severity)
-    if (start := as_utc(filters.since, "since")) is not None:
-        stmt = stmt.where(NotificationDelivery.created_at >= start)
-    if (end := as_utc(filters.until, "until")) is not None:
-        stmt = stmt.where(NotificationDelivery.created_at < end)
-    return stmt
+    return created_within(stmt, NotificationDelivery.created_at, filters.since, filters.until)

@@ -5,6 +5,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from parley.kit.delivery import DeliveryStatus
+from parley.kit.delivery import Outcome as AttemptOutcome
 from parley.kit.schemas import StrictModel
 
 EventType = Literal[
@@ -17,9 +19,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "signal.raised",
     "campaign.contact.completed",
 )
-DeliveryStatus = Literal["pending", "sending", "retrying", "delivered", "failed"]
 DeliveryKind = Literal["event", "test"]
-AttemptOutcome = Literal["delivered", "transient", "permanent"]
 
 Url = Annotated[
     str,

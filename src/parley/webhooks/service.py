@@ -10,12 +10,11 @@ transaction (:mod:`parley.webhooks.tasks`).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
+from functools import partial
 from typing import Any, cast
 
-import httpx
 import orjson
 import structlog
 from pydantic_core import to_jsonable_python
@@ -27,12 +26,13 @@ from parley.auth.principal import OrgContext
 from parley.config import Settings
 from parley.kit.crypto import SecretDecryptionError, mask, row_secrets
 from parley.kit.db import plain_insert, short_read, utcnow
+from parley.kit.delivery import Outcome, RetryPolicy, attempt_logs, excerpt, post_once, settle
 from parley.kit.errors import InvalidFields
-from parley.kit.filters import as_utc, text_filter
+from parley.kit.filters import created_within, text_filter
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue, enqueue_after_commit
 from parley.kit.orgcache import cached, watch
-from parley.kit.outbound import BlockedDestination, guarded_client, outbound_policy, read_limited
+from parley.kit.outbound import outbound_policy
 from parley.kit.signing import SIGNATURE_HEADER, sign
 from parley.kit.tenancy import get_owned, scoped
 from parley.notifications.destinations import DestinationRefused, check_url
@@ -50,13 +50,9 @@ from parley.webhooks.schemas import (
 log = structlog.get_logger("parley.webhooks")
 
 DELIVER_JOB = "webhooks.deliver"
-FINAL = frozenset({"delivered", "failed"})
 EVENT_HEADER = "X-Parley-Event"
 DELIVERY_HEADER = "X-Parley-Delivery"
 USER_AGENT = "Parley-Webhooks/1.0"
-_MAX_RESPONSE_BYTES = 64 * 1024
-_SNIPPET = 200
-_TRANSIENT_HTTP = {408, 425, 429}
 
 
 def _invalid(field: str, message: str, kind: str = "value_error") -> InvalidFields:
@@ -310,19 +306,12 @@ def envelope(event: WebhookEvent, *, test: bool = False) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class SendResult:
-    outcome: str  # delivered | transient | permanent
+    outcome: Outcome
     status_code: int | None
     error: str | None
     snippet: str | None = None
     latency_ms: float = 0.0
     timed_out: bool = False
-
-
-def _snippet(text: str) -> str | None:
-    text = " ".join(text.split())
-    if not text:
-        return None
-    return text[:_SNIPPET] + ("…" if len(text) > _SNIPPET else "")
 
 
 async def post(
@@ -337,38 +326,13 @@ async def post(
         SIGNATURE_HEADER: sign(secret, int(time.time()), body),
     }
     started = time.perf_counter()
-
-    def took() -> float:
-        return round((time.perf_counter() - started) * 1000, 1)
-
-    try:
-        async with guarded_client(outbound_policy(settings), timeout=settings.webhook_timeout) as client:
-            request = client.build_request("POST", url, content=body, headers=headers)
-            response = await client.send(request, stream=True, follow_redirects=False)
-            try:
-                text = (await read_limited(response, _MAX_RESPONSE_BYTES)).decode("utf-8", "replace")
-            except Exception:  # an oversized or broken body does not change the status we got
-                text = ""
-            finally:
-                await response.aclose()
-    except BlockedDestination as exc:
-        return SendResult("permanent", None, str(exc), latency_ms=took())
-    except httpx.TimeoutException:
-        return SendResult(
-            "transient", None, "The receiver did not answer in time.", latency_ms=took(), timed_out=True
-        )
-    except httpx.HTTPError:
-        return SendResult("transient", None, "The receiver cannot be reached.", latency_ms=took())
-    latency = took()
-    status = response.status_code
-    snippet = _snippet(text)
-    if 200 <= status < 300:
-        return SendResult("delivered", status, None, snippet, latency)
-    if 300 <= status < 400:
-        error = f"The receiver redirected (HTTP {status}); configure the final URL."
-        return SendResult("permanent", status, error, snippet, latency)
-    outcome = "transient" if status >= 500 or status in _TRANSIENT_HTTP else "permanent"
-    return SendResult(outcome, status, f"The receiver answered HTTP {status}.", snippet, latency)
+    posted = await post_once(outbound_policy(settings), url, body, headers, settings.webhook_timeout)
+    latency = round((time.perf_counter() - started) * 1000, 1)
+    error = posted.reason
+    if error is None and posted.outcome != "delivered":
+        error = f"The receiver answered HTTP {posted.status_code}."
+    snippet = excerpt(posted.text) or None
+    return SendResult(posted.outcome, posted.status_code, error, snippet, latency, posted.timed_out)
 
 
 async def send(
@@ -388,9 +352,12 @@ async def send(
         return SendResult("permanent", None, "The event could not be sent (an internal error).")
 
 
+def retry_policy(settings: Settings) -> RetryPolicy:
+    return RetryPolicy(settings.webhook_retry_seconds, settings.webhook_max_attempts)
+
+
 def retry_delay(settings: Settings, attempts: int) -> float:
-    delays = settings.webhook_retry_seconds
-    return float(delays[min(attempts - 1, len(delays) - 1)]) if delays else 0.0
+    return retry_policy(settings).delay(attempts)
 
 
 def record_attempt(
@@ -403,6 +370,7 @@ def record_attempt(
     retry: bool,
 ) -> float | None:
     """Log the attempt and move the delivery on; returns the delay before a retry, if one is due."""
+    error = (result.error or "")[:1000] or None
     session.add(
         WebhookAttempt(
             id=new_id("wha"),
@@ -412,26 +380,12 @@ def record_attempt(
             outcome=result.outcome,
             status_code=result.status_code,
             latency_ms=result.latency_ms,
-            error=(result.error or "")[:1000] or None,
+            error=error,
             response_snippet=(result.snippet or "")[:500] or None,
             started_at=started_at,
         )
     )
-    now = utcnow()
-    delivery.last_status_code = result.status_code
-    delivery.claimed_at = None
-    delivery.updated_at = now
-    if result.outcome == "delivered":
-        delivery.status, delivery.delivered_at, delivery.last_error = "delivered", now, None
-        delivery.next_attempt_at = None
-        return None
-    delivery.last_error = (result.error or "")[:1000] or None
-    if retry and result.outcome == "transient" and delivery.attempts < settings.webhook_max_attempts:
-        delay = retry_delay(settings, delivery.attempts)
-        delivery.status, delivery.next_attempt_at = "retrying", now + timedelta(seconds=delay)
-        return delay
-    delivery.status, delivery.next_attempt_at = "failed", None
-    return None
+    return settle(delivery, retry_policy(settings), result, error, retry=retry)
 
 
 def sample_data(event_type: str, organization_id: str) -> dict[str, Any]:
@@ -528,23 +482,8 @@ async def test_subscription(
 # --- reading -----------------------------------------------------------------------------------
 
 
-async def attempts_of(
-    session: AsyncSession, deliveries: Sequence[WebhookDelivery]
-) -> dict[str, list[AttemptOut]]:
-    if not deliveries:
-        return {}
-    rows = await session.scalars(
-        select(WebhookAttempt)
-        .where(
-            WebhookAttempt.organization_id == deliveries[0].organization_id,
-            WebhookAttempt.delivery_id.in_([d.id for d in deliveries]),
-        )
-        .order_by(WebhookAttempt.delivery_id, WebhookAttempt.number, WebhookAttempt.id)
-    )
-    out: dict[str, list[AttemptOut]] = {}
-    for row in rows:
-        out.setdefault(row.delivery_id, []).append(AttemptOut.model_validate(row))
-    return out
+# The attempts of some deliveries as the API shows them, by delivery id.
+attempts_of = partial(attempt_logs, model=WebhookAttempt, out=AttemptOut)
 
 
 def _delivery_fields(delivery: WebhookDelivery, attempts: list[AttemptOut] | None) -> dict[str, Any]:
@@ -600,8 +539,4 @@ def deliveries_query(organization_id: str, filters: DeliveryFilters) -> Select[W
         stmt = stmt.where(WebhookDelivery.status == filters.status)
     if filters.kind is not None:
         stmt = stmt.where(WebhookDelivery.kind == filters.kind)
-    if (start := as_utc(filters.since, "since")) is not None:
-        stmt = stmt.where(WebhookDelivery.created_at >= start)
-    if (end := as_utc(filters.until, "until")) is not None:
-        stmt = stmt.where(WebhookDelivery.created_at < end)
-    return stmt
+    return created_within(stmt, WebhookDelivery.created_at, filters.since, filters.until)
