@@ -75,6 +75,7 @@ export async function startCapture(send, echo) {
   const stream = await navigator.mediaDevices.getUserMedia({
     audio: { channelCount: 1, echoCancellation: echo, noiseSuppression: echo, autoGainControl: echo },
   });
+  if (typeof window.MediaStreamTrackProcessor === "function") return readTrack(stream, send);
   const source = context.createMediaStreamSource(stream);
   const mute = context.createGain();
   mute.gain.value = 0;  // processors must reach the destination to run; the caller hears nothing
@@ -103,6 +104,46 @@ export async function startCapture(send, echo) {
       node.disconnect();
       if (node.port) node.port.onmessage = null;
       for (const track of stream.getTracks()) track.stop();
+    },
+  };
+}
+
+// How many of the track's audio frames (10 ms each in Chromium) wait for a page that is late to read.
+const TRACK_BUFFER_FRAMES = 500;
+
+// The microphone track's own audio frames, read in order: a page that is late (a busy machine) reads
+// them late, but every sample arrives. An audio context's graph would play silence for the time its
+// thread was late instead, cutting words out of what the caller said.
+function readTrack(stream, send) {
+  const [track] = stream.getAudioTracks();
+  const reader = new window.MediaStreamTrackProcessor({ track, maxBufferSize: TRACK_BUFFER_FRAMES }).readable.getReader();
+  const framer = new (Pcm().Framer)(send);
+  let downsampler = null;
+  let rate = 0;
+  let stopped = false;
+  (async () => {
+    while (!stopped) {
+      const { value: data, done } = await reader.read();
+      if (done) return;
+      try {
+        if (stopped) return;
+        if (data.sampleRate !== rate) {
+          rate = data.sampleRate;
+          downsampler = new (Pcm().Downsampler)(rate, RATE);
+        }
+        const samples = new Float32Array(data.numberOfFrames);
+        data.copyTo(samples, { planeIndex: 0, format: "f32-planar" });
+        framer.push(downsampler.process(samples));
+      } finally {
+        data.close();
+      }
+    }
+  })();
+  return {
+    stop() {
+      stopped = true;
+      reader.cancel().catch(() => {});
+      for (const each of stream.getTracks()) each.stop();
     },
   };
 }
