@@ -169,7 +169,7 @@ class ConnectorApp:
         try:
             text_key = key.decode("latin-1")
             address = _client_address(scope)
-            org = _organization(organization.decode("latin-1") if organization else None)
+            org = _organization(organization.decode("latin-1")) if organization else "-"
             if gate.authorize_now(text_key, address, org) is None:
                 await gate.authorize(text_key, address, org)
             body = self.store.body_now(order_id)

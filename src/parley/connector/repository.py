@@ -237,9 +237,11 @@ class SqliteOrderStore(OrderStore):
         are, with no envelope to splice per request."""
         cache = self.cache
         try:
-            conn = self._connection()
+            conn = self._conn or self._connection()
             if cache is not None:
-                token = self._change_token(conn)
+                # The mapped header inline (the common case), else the check that needs a query.
+                shm = self._shm
+                token = shm[:_WAL_INDEX_HEADER] if shm is not None else self._change_token(conn)
                 if token != self._seen:
                     cache.clear()
                     self._seen = token
