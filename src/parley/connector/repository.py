@@ -205,9 +205,9 @@ class SqliteOrderStore(OrderStore):
             self._shm.close()
             self._shm = None
 
-    def _change_token(self, conn: sqlite3.Connection) -> bytes | int:
-        if self._shm is not None:
-            return self._shm[:_WAL_INDEX_HEADER]
+    @staticmethod
+    def _data_version(conn: sqlite3.Connection) -> int:
+        """The change check without a mapped wal-index (body_now reads the mapped header inline)."""
         return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
     async def open(self) -> None:
@@ -241,7 +241,7 @@ class SqliteOrderStore(OrderStore):
             if cache is not None:
                 # The mapped header inline (the common case), else the check that needs a query.
                 shm = self._shm
-                token = shm[:_WAL_INDEX_HEADER] if shm is not None else self._change_token(conn)
+                token = shm[:_WAL_INDEX_HEADER] if shm is not None else self._data_version(conn)
                 if token != self._seen:
                     cache.clear()
                     self._seen = token
