@@ -58,6 +58,18 @@ asyncio.run(run())
 """
 
 
+def bench_env(tmp: str) -> dict[str, str]:
+    """The environment of a benchmark connector on a SQLite file in ``tmp``, rate limit off."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "PARLEY_DATA_DIR": tmp,
+        "PARLEY_CONNECTOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/connector.db",
+        "PARLEY_CONNECTOR_RATE_LIMIT": "0",
+        "PARLEY_CONNECTOR_LOG_LEVEL": "WARNING",
+    }
+
+
 def prepare(env: dict[str, str]) -> str:
     code = (
         "from parley.connector.config import ConnectorSettings\n"
@@ -85,14 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average before the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
     with tempfile.TemporaryDirectory(prefix="connector-inprocess-") as tmp:
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT / "src"),
-            "PARLEY_DATA_DIR": tmp,
-            "PARLEY_CONNECTOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/connector.db",
-            "PARLEY_CONNECTOR_RATE_LIMIT": "0",
-            "PARLEY_CONNECTOR_LOG_LEVEL": "WARNING",
-        }
+        env = bench_env(tmp)
         key = prepare(env)
         variants = {
             f"cache {mb:g} MiB": {**env, "PARLEY_CONNECTOR_ORDER_CACHE_MB": str(mb)} for mb in args.cache_mb

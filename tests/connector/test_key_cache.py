@@ -8,13 +8,14 @@ import secrets
 from collections.abc import Callable
 
 import httpx
+import pytest
 
 from parley.connector import setup
 from parley.connector.config import ConnectorSettings
 from parley.connector.db import engine_scope
 from parley.connector.keys import revoke_key
 from parley.connector.repository import KeyTable, OrderStore, make_store
-from parley.connector.service import KeyCache
+from parley.connector.service import FailedKeyLimiter, KeyCache
 from tests.connector.conftest import ORDER_BASE
 
 
@@ -93,3 +94,27 @@ async def test_a_remembered_key_is_refused_once_revoked(
     assert response.status_code == 401
     assert response.json()["message"] == "Invalid or revoked API key."
     assert key_id not in app.gate.keys._verified  # the reload forgot what the old table verified
+
+
+async def test_the_success_path_builds_no_failure_buckets(
+    backend: ConnectorSettings, api_key: str, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no failure counted, a good key costs no bucket; once one is counted, every request of
+    that key is checked against its buckets again (the limiter is not bypassed)."""
+    built: list[tuple[str | None, str, str]] = []
+    real = FailedKeyLimiter.buckets
+
+    def counting(key_id: str | None, address: str, organization: str) -> list[tuple[str, ...]]:
+        built.append((key_id, address, organization))
+        return real(key_id, address, organization)
+
+    monkeypatch.setattr(FailedKeyLimiter, "buckets", staticmethod(counting))
+    headers = {"X-API-Key": api_key}
+    for _ in range(3):
+        assert (await client.get(f"{ORDER_BASE}1", headers=headers)).status_code == 200
+    assert built == []  # before: two tuples and a list per request
+    wrong = api_key[:-1] + ("A" if api_key[-1] != "A" else "B")
+    assert (await client.get(f"{ORDER_BASE}1", headers={"X-API-Key": wrong})).status_code == 401
+    assert len(built) == 1
+    assert (await client.get(f"{ORDER_BASE}1", headers=headers)).status_code == 200
+    assert built[-1] == (api_key.split("_")[1], built[0][1], "-")

@@ -227,3 +227,43 @@ async def test_cached_orders_and_bad_input_answer_as_without_the_cache(
             one = await cached.get(path, headers=headers)
             other = await uncached.get(path, headers=headers)
             assert (one.status_code, one.content) == (other.status_code, other.content), path
+
+
+async def test_a_hit_sends_the_cached_body_and_a_change_replaces_it(
+    sqlite_settings: ConnectorSettings, key: str, check: str, connect: Connect
+) -> None:
+    """The cache holds whole 200 bodies (no envelope built per hit), dropped on any commit."""
+    app, http = connect(sqlite_settings)
+    first = await get(http, key, 6)
+    cache = store_of(app).cache
+    assert cache is not None and cache.get(6) == first.content  # the exact bytes sent
+    assert (await get(http, key, 6)).content == first.content
+
+    run_elsewhere(
+        sqlite_settings, "UPDATE connector_orders SET payload = CAST(? AS BLOB) WHERE id = ?", '{"id":6}', 6
+    )
+    changed = await get(http, key, 6)
+    assert changed.content == b'{"success":true,"order":{"id":6},"message":"Order 6 found."}'
+    assert cache.get(6) == changed.content
+
+
+async def test_the_change_check_reads_the_wal_index_without_a_system_call(
+    sqlite_settings: ConnectorSettings, key: str, connect: Connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, http = connect(sqlite_settings)
+    assert (await get(http, key, 1)).status_code == 200  # opens the connection and the wal-index
+    assert store_of(app)._shm is not None
+    preads = 0
+    real_pread = os.pread
+
+    def counting_pread(fd: int, length: int, offset: int) -> bytes:
+        nonlocal preads
+        preads += 1
+        return real_pread(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", counting_pread)
+    for order_id in (1, 2, 1):
+        assert (await get(http, key, order_id)).status_code == 200
+    assert preads == 0  # before: one pread of the -shm file per lookup
+    run_elsewhere(sqlite_settings, "DELETE FROM connector_orders WHERE id = ?", 1)
+    assert (await get(http, key, 1)).status_code == 404  # the mapping sees another process's commit

@@ -22,8 +22,8 @@ from fastapi.security import APIKeyHeader
 from starlette.types import Receive, Scope, Send
 
 from parley.connector.config import ConnectorSettings
-from parley.connector.errors import ConnectorError, StoreUnavailable, envelope_error
-from parley.connector.repository import OrderStore, make_store
+from parley.connector.errors import ConnectorError, OrderNotFound, StoreUnavailable, envelope_error
+from parley.connector.repository import OrderStore, _Absent, make_store
 from parley.connector.schemas import ErrorEnvelope, Health, OrderEnvelope
 from parley.connector.service import OrderGate, reject_key_in_query
 from parley.kit import logging as kit_logging
@@ -158,26 +158,55 @@ class ConnectorApp:
         self.fast_path = fast_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.fast_path
-            and scope["type"] == "http"
+        # The fast path runs in this coroutine itself: each awaited layer would cost every request
+        # a coroutine, and nothing below awaits in the usual case (a loaded key table, SQLite).
+        request = self._fast_request(scope) if self.fast_path else None
+        if request is None:
+            await self.api(scope, receive, send)
+            return
+        order_id, key, organization = request
+        gate = self.gate
+        try:
+            text_key = key.decode("latin-1")
+            address = _client_address(scope)
+            org = _organization(organization.decode("latin-1")) if organization else "-"
+            if gate.authorize_now(text_key, address, org) is None:
+                await gate.authorize(text_key, address, org)
+            body = self.store.body_now(order_id)
+            if isinstance(body, _Absent):
+                body = await self.store.body(order_id)
+            if body is None:
+                raise OrderNotFound(order_id)
+            headers = [_JSON, _NO_STORE, (b"content-length", b"%d" % len(body))]
+            status = 200
+        except ConnectorError as exc:
+            if isinstance(exc, StoreUnavailable):
+                log.warning("connector.store_unavailable")
+            status, body = exc.status_code, exc.body()
+            headers = [_JSON, _NO_STORE]
+            headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
+            headers.append((b"content-length", b"%d" % len(body)))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    @staticmethod
+    def _fast_request(scope: Scope) -> tuple[int, bytes, bytes | None] | None:
+        """(order id, key, organization header) of the common request, or None to hand the request
+        to FastAPI untouched: ``GET /api/orders/<digits>``, no query string, an X-API-Key header."""
+        if not (
+            scope["type"] == "http"
             and scope["method"] == "GET"
             and not scope["query_string"]
             and scope["path"].startswith(ORDER_PATH_PREFIX)
-            and await self._fast(scope, send)
         ):
-            return
-        await self.api(scope, receive, send)
-
-    async def _fast(self, scope: Scope, send: Send) -> bool:
-        """Serve the common request; return False (having sent nothing) to hand it to FastAPI."""
+            return None
         raw_id: str = scope["path"][len(ORDER_PATH_PREFIX) :]
         # ASCII digits only: str.isdigit() alone also accepts other scripts' digits.
         if not (0 < len(raw_id) <= _MAX_ID_DIGITS and raw_id.isascii() and raw_id.isdigit()):
-            return False
+            return None
         order_id = int(raw_id)
         if order_id < 1 or order_id > MAX_ORDER_ID:
-            return False
+            return None
         key: bytes | None = None
         organization: bytes | None = None
         for name, value in scope["headers"]:
@@ -186,25 +215,8 @@ class ConnectorApp:
             elif name == b"x-parley-organization" and organization is None:
                 organization = value
         if not key:
-            return False
-        headers = [_JSON, _NO_STORE]
-        try:
-            await self.gate.authorize(
-                key.decode("latin-1"),
-                _client_address(scope),
-                _organization(organization.decode("latin-1") if organization else None),
-            )
-            body = await self.gate.order_body(order_id)
-            status = 200
-        except ConnectorError as exc:
-            if isinstance(exc, StoreUnavailable):
-                log.warning("connector.store_unavailable")
-            status, body = exc.status_code, exc.body()
-            headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
-        headers.append((b"content-length", b"%d" % len(body)))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        return True
+            return None
+        return order_id, key, organization
 
     async def aclose(self) -> None:
         await self.store.close()

@@ -9,6 +9,7 @@ Core upserts in the caller's transaction.
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 import sqlite3
 from abc import ABC, abstractmethod
@@ -25,7 +26,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from parley.connector.config import ConnectorSettings
-from parley.connector.errors import StoreUnavailable
+from parley.connector.errors import StoreUnavailable, envelope_found
 from parley.connector.models import orders
 
 _PAYLOAD_SQL_SQLITE = "SELECT payload FROM connector_orders WHERE id = ?"
@@ -34,6 +35,13 @@ _KEYS_SQL = "SELECT key_id, key_hash, name FROM connector_api_keys WHERE revoked
 
 # key id -> (SHA-256 hex of the key, key name)
 KeyTable = dict[str, tuple[str, str]]
+
+
+class _Absent:
+    """The answer for an id a cache does not hold (or a store cannot answer without awaiting) (None is a cached "no such order")."""
+
+
+ABSENT: Final = _Absent()
 
 
 class OrderStore(ABC):
@@ -49,6 +57,16 @@ class OrderStore(ABC):
     async def payload(self, order_id: int) -> bytes | None:
         """The order's JSON as written at import time, or None when there is no such order."""
 
+    async def body(self, order_id: int) -> bytes | None:
+        """The whole 200 response body of the order (its payload in the envelope), or None."""
+        payload = await self.payload(order_id)
+        return None if payload is None else envelope_found(order_id, payload)
+
+    def body_now(self, order_id: int) -> bytes | _Absent | None:
+        """:meth:`body` without awaiting, when the store can answer so (SQLite reads inline); else
+        ``ABSENT``: the caller awaits :meth:`body`. Saves the request path a coroutine per layer."""
+        return ABSENT
+
     @abstractmethod
     async def active_keys(self) -> KeyTable: ...
 
@@ -56,16 +74,10 @@ class OrderStore(ABC):
     async def ping(self) -> None: ...
 
 
-class _Absent:
-    """The cache's answer for an id it does not hold (None is a cached "no such order")."""
-
-
-ABSENT: Final = _Absent()
-
-
 class PayloadCache:
-    """Order payloads by id, or None for an id known to have no order; the least recently used
-    entry goes first once the estimated memory would exceed ``max_bytes``.
+    """Order response bodies (the payload in its envelope, the exact bytes a 200 sends) by id, or
+    None for an id known to have no order; the least recently used entry goes first once the
+    estimated memory would exceed ``max_bytes``.
 
     It knows nothing about freshness: its owner clears it whenever the database may have changed.
     """
@@ -118,11 +130,14 @@ class SqliteOrderStore(OrderStore):
     """``sqlite3`` on the event loop: a primary-key read takes tens of microseconds, less than a
     thread hop would, and WAL mode means it never waits for a writer.
 
-    Payloads are cached in memory (:class:`PayloadCache`, ``order_cache_mb``) and the whole cache is
-    dropped whenever the database may have changed, checked on **every** lookup, so a lookup never
-    answers older data than a read of the file would. The check reads the 48-byte wal-index header
-    (one ``pread`` of the ``-shm`` file, ≈ 1 µs): SQLite rewrites it on every commit, from any
-    connection or process, and it is what SQLite itself compares before trusting its own page cache.
+    Response bodies are cached in memory (:class:`PayloadCache`, ``order_cache_mb``) and the whole
+    cache is dropped whenever the database may have changed, checked on **every** lookup, so a lookup
+    never answers older data than a read of the file would. The check compares the 48-byte wal-index
+    header, read from a shared read-only mapping of the ``-shm`` file (a memory copy, ≈ 0.1 µs; a
+    ``pread`` was ≈ 0.5 µs): SQLite rewrites it on every commit, from any connection or process, and
+    it is what SQLite itself compares before trusting its own page cache. The mapping is as safe as
+    SQLite's own mapping of the same file in this process: while this store's connection is open,
+    it holds a shared lock that keeps any connection from truncating the file.
     Where that file cannot be read (not in WAL mode), the check is ``PRAGMA data_version``, which
     changes when another connection commits (≈ 9 µs; this store's connection never writes).
     """
@@ -134,7 +149,7 @@ class SqliteOrderStore(OrderStore):
         self._conn: sqlite3.Connection | None = None
         max_bytes = int(settings.order_cache_mb * 1024 * 1024)
         self.cache = PayloadCache(max_bytes) if max_bytes > 0 else None
-        self._shm: int | None = None  # read-only descriptor of the -shm file
+        self._shm: mmap.mmap | None = None  # read-only shared mapping of the -shm file's header
         self._seen: bytes | int | None = None  # the change token the cache's entries belong to
 
     def _connection(self) -> sqlite3.Connection:
@@ -174,26 +189,25 @@ class SqliteOrderStore(OrderStore):
             both = os.pread(fd, 2 * _WAL_INDEX_HEADER, 0)
         except OSError:
             both = b""
-        # Initialized (isInit at offset 12) and its two copies equal: a live wal-index.
-        if len(both) != 2 * _WAL_INDEX_HEADER or both[12] != 1 or both[:48] != both[48:]:
-            os.close(fd)
+        try:
+            # Initialized (isInit at offset 12) and its two copies equal: a live wal-index.
+            if len(both) == 2 * _WAL_INDEX_HEADER and both[12] == 1 and both[:48] == both[48:]:
+                # Mapped shared, as SQLite maps it: a commit by any process shows in this memory at
+                # once, and reading it is a memory copy instead of a pread system call per lookup.
+                self._shm = mmap.mmap(fd, _WAL_INDEX_HEADER, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
             return
-        self._shm = fd
+        finally:
+            os.close(fd)  # the mapping outlives the descriptor
 
     def _close_wal_index(self) -> None:
         if self._shm is not None:
-            os.close(self._shm)
+            self._shm.close()
             self._shm = None
 
-    def _change_token(self, conn: sqlite3.Connection) -> bytes | int:
-        if self._shm is not None:
-            try:
-                header = os.pread(self._shm, _WAL_INDEX_HEADER, 0)
-            except OSError:
-                header = b""
-            if len(header) == _WAL_INDEX_HEADER:
-                return header
-            self._close_wal_index()  # from now on the PRAGMA (a different token type: cache dropped)
+    @staticmethod
+    def _data_version(conn: sqlite3.Connection) -> int:
+        """The change check without a mapped wal-index (body_now reads the mapped header inline)."""
         return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
     async def open(self) -> None:
@@ -208,11 +222,26 @@ class SqliteOrderStore(OrderStore):
             self._conn = None
 
     async def payload(self, order_id: int) -> bytes | None:
+        # A read of the file, past the cache (which holds whole bodies, see body_now).
+        try:
+            row = self._connection().execute(_PAYLOAD_SQL_SQLITE, (order_id,)).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreUnavailable() from exc
+        return None if row is None else bytes(row[0])
+
+    async def body(self, order_id: int) -> bytes | None:
+        return self.body_now(order_id)
+
+    def body_now(self, order_id: int) -> bytes | None:
+        """The order's 200 body, built once per cached entry: a hit sends the cached bytes as they
+        are, with no envelope to splice per request."""
         cache = self.cache
         try:
-            conn = self._connection()
+            conn = self._conn or self._connection()
             if cache is not None:
-                token = self._change_token(conn)
+                # The mapped header inline (the common case), else the check that needs a query.
+                shm = self._shm
+                token = shm[:_WAL_INDEX_HEADER] if shm is not None else self._data_version(conn)
                 if token != self._seen:
                     cache.clear()
                     self._seen = token
@@ -223,10 +252,10 @@ class SqliteOrderStore(OrderStore):
             row = conn.execute(_PAYLOAD_SQL_SQLITE, (order_id,)).fetchone()
         except sqlite3.Error as exc:
             raise StoreUnavailable() from exc
-        payload = None if row is None else bytes(row[0])
+        body = None if row is None else envelope_found(order_id, bytes(row[0]))
         if cache is not None:
-            cache.put(order_id, payload)
-        return payload
+            cache.put(order_id, body)
+        return body
 
     async def active_keys(self) -> KeyTable:
         try:

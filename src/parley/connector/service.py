@@ -24,7 +24,6 @@ from parley.connector.errors import (
     OrderNotFound,
     RateLimited,
     StoreUnavailable,
-    envelope_found,
 )
 from parley.connector.repository import KeyTable, OrderStore
 
@@ -57,7 +56,15 @@ class KeyCache:
         self._reloading: asyncio.Event | None = None
         self._verified: dict[str, bytes] = {}  # key id -> the whole key, verified against _table
 
-    async def get(self, key_id: str) -> tuple[str, str] | None:
+    def usable(self, now: float) -> bool:
+        """Whether the table may answer now without awaiting: loaded within the ttl, or within twice
+        the ttl while a reload is under way."""
+        age = now - self._loaded_at
+        return age <= self._ttl or (self._reloading is not None and age <= 2 * self._ttl)
+
+    async def refresh(self) -> None:
+        """Make the table usable: reload it, or wait for the reload under way when the table is too
+        old to keep answering meanwhile. Raises :class:`StoreUnavailable` when the reload fails."""
         age = time.monotonic() - self._loaded_at
         if age > self._ttl:
             if self._reloading is None:
@@ -69,14 +76,23 @@ class KeyCache:
                 # (a busy database) still brings a fresh table.
                 if self._loaded_at == loaded_before:
                     raise StoreUnavailable()  # the reload failed: never fall back to a stale table
+
+    async def get(self, key_id: str) -> tuple[str, str] | None:
+        await self.refresh()
         return self._table.get(key_id)
 
     async def check(self, key_id: str, key: str) -> tuple[str, str] | None:
         """The (hash, name) entry of ``key`` when it is an active key with this id, else None."""
-        entry = await self.get(key_id)
+        await self.refresh()
+        return self.check_now(key_id, key)
+
+    def check_now(self, key_id: str, key: str) -> tuple[str, str] | None:
+        """:meth:`check` against the current table, without awaiting: for a caller that saw
+        :meth:`usable` (or has just awaited :meth:`refresh`) with no await since."""
+        entry = self._table.get(key_id)
         if entry is None:
             return None
-        # No await from here on: the memo and the entry belong to the same table.
+        # The memo and the entry belong to the same table.
         raw = key.encode()
         known = self._verified.get(key_id)
         if known is not None and hmac.compare_digest(raw, known):
@@ -134,6 +150,12 @@ class FailedKeyLimiter:
     def __init__(self, per_minute: int) -> None:
         self.per_minute = per_minute
         self._windows: dict[tuple[str, ...], tuple[float, int]] = {}  # bucket -> (window start, failures)
+
+    @property
+    def tracking(self) -> bool:
+        """Whether any failure is counted: without one, no bucket can be blocked (the success path
+        then builds no bucket at all)."""
+        return bool(self._windows) and self.per_minute > 0
 
     @staticmethod
     def buckets(key_id: str | None, address: str, organization: str) -> list[tuple[str, ...]]:
@@ -197,17 +219,37 @@ class OrderGate:
         ``organization`` is what the platform says it acts for (``X-Parley-Organization``); it only
         separates failure counts and log lines, it grants nothing.
         """
+        name = self.authorize_now(key, address, organization)
+        if name is None:
+            await self.keys.refresh()
+            name = self.authorize_now(key, address, organization, table_refreshed=True)
+        assert name is not None  # a refreshed table always answers
+        return name
+
+    def authorize_now(
+        self, key: str | None, address: str, organization: str = "-", *, table_refreshed: bool = False
+    ) -> str | None:
+        """:meth:`authorize` without awaiting: None (having counted nothing) when the key table
+        must be reloaded first, which only :meth:`authorize` does."""
         now = time.monotonic()
         if not key:
             raise MissingKey()
         key_id = keys.key_id_of(key)
-        buckets = self.failures.buckets(key_id, address, organization)
-        blocked_for = self.failures.retry_after(buckets, now)
-        if blocked_for:
-            raise RateLimited("Too many failed attempts with this API key; retry later.", blocked_for)
-        entry = None if key_id is None else await self.keys.check(key_id, key)
+        failures = self.failures
+        # The buckets are built only when a failure is counted somewhere (none on the success path).
+        buckets = failures.buckets(key_id, address, organization) if failures.tracking else None
+        if buckets is not None:
+            blocked_for = failures.retry_after(buckets, now)
+            if blocked_for:
+                raise RateLimited("Too many failed attempts with this API key; retry later.", blocked_for)
+        if key_id is None:
+            entry = None
+        elif table_refreshed or self.keys.usable(now):
+            entry = self.keys.check_now(key_id, key)
+        else:
+            return None
         if entry is None:
-            self.failures.record_failure(buckets, now)
+            failures.record_failure(buckets or failures.buckets(key_id, address, organization), now)
             # The key id is public (like a user name); never the key, never the address.
             log.info("connector.key_rejected", key_id=key_id or "-", organization=organization)
             raise InvalidKey()
@@ -219,7 +261,7 @@ class OrderGate:
         return entry[1]
 
     async def order_body(self, order_id: int) -> bytes:
-        payload = await self.store.payload(order_id)
-        if payload is None:
+        body = await self.store.body(order_id)
+        if body is None:
             raise OrderNotFound(order_id)
-        return envelope_found(order_id, payload)
+        return body
