@@ -51,7 +51,7 @@ class ConnectorSettings(BaseSettings):
         default=64.0,
         ge=0,
         le=65536,
-        description="SQLite only: memory per worker for order payloads kept between requests (MiB); "
+        description="SQLite only: memory per worker for order responses kept between requests (MiB); "
         "0 disables the cache. Entries are dropped as soon as the database file changes.",
     )
     pg_pool_size: int = Field(
