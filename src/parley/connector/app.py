@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from parley.connector.config import ConnectorSettings
 from parley.connector.errors import ConnectorError, OrderNotFound, StoreUnavailable, envelope_error
-from parley.connector.repository import OrderStore, _Absent, make_store
+from parley.connector.repository import Absent, OrderStore, make_store
 from parley.connector.schemas import ErrorEnvelope, Health, OrderEnvelope
 from parley.connector.service import OrderGate, reject_key_in_query
 from parley.kit import logging as kit_logging
@@ -173,7 +173,7 @@ class ConnectorApp:
             if gate.authorize_now(text_key, address, org) is None:
                 await gate.authorize(text_key, address, org)
             body = self.store.body_now(order_id)
-            if isinstance(body, _Absent):
+            if isinstance(body, Absent):
                 body = await self.store.body(order_id)
             if body is None:
                 raise OrderNotFound(order_id)

@@ -37,11 +37,12 @@ _KEYS_SQL = "SELECT key_id, key_hash, name FROM connector_api_keys WHERE revoked
 KeyTable = dict[str, tuple[str, str]]
 
 
-class _Absent:
-    """The answer for an id a cache does not hold (or a store cannot answer without awaiting) (None is a cached "no such order")."""
+class Absent:
+    """The answer for an id a cache does not hold, or that a store cannot answer without awaiting
+    (None is a cached "no such order")."""
 
 
-ABSENT: Final = _Absent()
+ABSENT: Final = Absent()
 
 
 class OrderStore(ABC):
@@ -62,7 +63,7 @@ class OrderStore(ABC):
         payload = await self.payload(order_id)
         return None if payload is None else envelope_found(order_id, payload)
 
-    def body_now(self, order_id: int) -> bytes | _Absent | None:
+    def body_now(self, order_id: int) -> bytes | Absent | None:
         """:meth:`body` without awaiting, when the store can answer so (SQLite reads inline); else
         ``ABSENT``: the caller awaits :meth:`body`. Saves the request path a coroutine per layer."""
         return ABSENT
@@ -94,7 +95,7 @@ class PayloadCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def get(self, order_id: int) -> bytes | _Absent | None:
+    def get(self, order_id: int) -> bytes | Absent | None:
         entries = self._entries
         if order_id in entries:
             entries.move_to_end(order_id)
@@ -107,7 +108,7 @@ class PayloadCache:
             return
         entries = self._entries
         old = entries.pop(order_id, ABSENT)
-        if not isinstance(old, _Absent):
+        if not isinstance(old, Absent):
             self.size -= self.ENTRY_OVERHEAD + (0 if old is None else len(old))
         while entries and self.size + cost > self.max_bytes:
             _, dropped = entries.popitem(last=False)
@@ -246,7 +247,7 @@ class SqliteOrderStore(OrderStore):
                     cache.clear()
                     self._seen = token
                 cached = cache.get(order_id)
-                if not isinstance(cached, _Absent):
+                if not isinstance(cached, Absent):
                     return cached
             # Read after the check: the row is at least as new as the token it is filed under.
             row = conn.execute(_PAYLOAD_SQL_SQLITE, (order_id,)).fetchone()
