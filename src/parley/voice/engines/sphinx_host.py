@@ -35,7 +35,7 @@ from parley.voice.engines.base import EngineUnavailable, Transcript
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
-    from parley.voice.engines.sphinx import DecoderKind, DecoderSession
+    from parley.voice.engines.sphinx_decoder import DecoderKind, DecoderSession
 
 # Threads that wait on the processes' pipes (waiting holds no GIL): enough for several streams at once.
 EXECUTOR = ThreadPoolExecutor(max_workers=8, thread_name_prefix="sphinx-host")
@@ -47,7 +47,7 @@ _STOPPED = "the offline recognizer's process stopped; the next stream starts a n
 
 def _serve(conn: Connection, warm: int) -> None:
     """The decoder process: open/process/release sessions by id until the pipe closes."""
-    from parley.voice.engines import sphinx
+    from parley.voice.engines import sphinx_decoder
 
     # Below the server in the scheduler: on a busy machine a decoder loading here must not take the
     # CPU from the process that paces the calls' frames.
@@ -55,7 +55,7 @@ def _serve(conn: Connection, warm: int) -> None:
         os.nice(NICE)
     sessions: dict[int, DecoderSession] = {}
     if warm:
-        sphinx.warm_pool(warm)
+        sphinx_decoder.warm_pool(warm)
     while True:
         try:
             message = conn.recv()
@@ -65,7 +65,7 @@ def _serve(conn: Connection, warm: int) -> None:
         try:
             if op == "open":
                 kind, grammar, phrases, use_vad = args
-                sessions[sid] = sphinx.DecoderSession(kind, grammar, phrases, use_vad)
+                sessions[sid] = sphinx_decoder.DecoderSession(kind, grammar, phrases, use_vad)
                 reply: Any = None
             elif op == "process":
                 reply = sessions[sid].process(*args)
@@ -75,7 +75,7 @@ def _serve(conn: Connection, warm: int) -> None:
                     session.release()
                 reply = None
             elif op == "ping":
-                reply = sphinx.pool().created
+                reply = sphinx_decoder.pool().created
             else:
                 raise ValueError(f"unknown operation {op!r}")
             conn.send(("ok", reply))
