@@ -149,8 +149,9 @@ def measured(
 ) -> dict[str, float]:
     """wrk's figures plus the server's CPU milliseconds per request over the run, and with
     ``metrics_url`` its full collections per 10,000 requests and objects the collector freed per request."""
-    before = cpu_seconds(pid)
+    # The counters are read outside the CPU window: the /metrics request is not one of wrk's.
     gc_before = gc_counters(metrics_url) if metrics_url else {}
+    before = cpu_seconds(pid)
     result = wrk(url, headers, duration)
     result["cpu_ms"] = (cpu_seconds(pid) - before) * 1000 / max(result["requests"], 1.0)
     if metrics_url:
