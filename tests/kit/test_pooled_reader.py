@@ -7,18 +7,20 @@ its pool, dialect, JSON codecs and types), the server ending a pooled connection
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
 import pytest
-from sqlalchemy import bindparam, insert, literal_column, select, text
+from sqlalchemy import bindparam, insert, literal_column, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from parley.kit import db as kit_db
 from parley.kit import postgres as kit_postgres
 from parley.kit.db import create_engine
-from parley.kit.postgres import PooledReader
+from parley.kit.postgres import PooledReader, coalesced
+from parley.kit.prepared import PreparedRead, one_row
 from tests import pg
 from tests.kit.test_inline_reader import BY_ID, ROWS, metadata
 
@@ -172,3 +174,95 @@ async def test_a_connection_used_a_moment_ago_is_checked_out_without_a_greenlet(
     monkeypatch.setattr(kit_db, "PING_AFTER_IDLE_S", 0.0)
     assert (await first(reader, BY_ID, parameters))[0] is True
     assert len(spawned) == 1
+
+
+# --- concurrent reads of a one-row statement, coalesced ------------------------------------------
+
+ONE_BY_ID = one_row(BY_ID)
+
+
+def asked(organization_id: str, resource_id: str) -> dict[str, str]:
+    return {"organization_id": organization_id, "resource_id": resource_id}
+
+
+def expected_rows(parameters: dict[str, str]) -> list[dict[str, Any]]:
+    return [
+        row
+        for row in ROWS
+        if row["organization_id"] == parameters["organization_id"] and row["id"] == parameters["resource_id"]
+    ]
+
+
+async def test_concurrent_reads_are_coalesced_and_each_answered_with_its_own_rows(
+    engine: AsyncEngine,
+) -> None:
+    reader = await primed(PooledReader(engine), ONE_BY_ID)
+    assert reader.max_in_flight == 1  # half the pool of 2
+    # Both organizations ask for both rows (and one that does not exist): org_b's reads share queries
+    # with org_a's and must find nothing; 1 read goes at once, the next 37 leave as 2 queries (32 + 5,
+    # the last padded to 6).
+    reads = [asked(org, thing) for org in ("org_a", "org_b") for thing in ("thg_1", "thg_2", "thg_9")] * 6 + [
+        asked("org_a", "thg_2"),
+        asked("org_a", "thg_1"),
+    ]
+    answers = await asyncio.gather(*(reader.rows(ONE_BY_ID, parameters) for parameters in reads))
+    for parameters, (done, rows) in zip(reads, answers, strict=True):
+        assert done
+        assert [row._asdict() for row in rows] == expected_rows(parameters), parameters
+    assert reader.queries == 2
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def test_a_coalesced_read_sees_what_was_committed_before_it_asked(engine: AsyncEngine) -> None:
+    reader = await primed(PooledReader(engine), ONE_BY_ID)
+    things = metadata.tables["things"]
+    for count in (10, 11, 12):
+        async with engine.begin() as connection:
+            await connection.execute(update(things).where(things.c.id == "thg_1").values(count=count))
+        answers = await asyncio.gather(*(reader.rows(ONE_BY_ID, asked("org_a", "thg_1")) for _ in range(8)))
+        assert [rows[0].count for _done, rows in answers] == [count] * 8
+    assert reader.queries == 3
+
+
+async def test_a_statement_not_marked_one_row_is_never_coalesced(engine: AsyncEngine) -> None:
+    reader = await primed(PooledReader(engine), BY_ID)
+    answers = await asyncio.gather(*(reader.rows(BY_ID, asked("org_a", "thg_2")) for _ in range(6)))
+    assert all(done and [row.id for row in rows] == ["thg_2"] for done, rows in answers)
+    assert reader.queries == 0
+
+
+async def test_a_failing_coalesced_query_sends_every_read_the_usual_way(engine: AsyncEngine) -> None:
+    reader = await primed(PooledReader(engine), ONE_BY_ID)
+    async with engine.begin() as connection:
+        await connection.execute(text("ALTER TABLE things RENAME TO gone"))
+    answers = await asyncio.gather(*(reader.rows(ONE_BY_ID, asked("org_a", "thg_1")) for _ in range(5)))
+    assert answers == [(False, [])] * 5
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    async with engine.begin() as connection:
+        await connection.execute(text("ALTER TABLE gone RENAME TO things"))
+    answers = await asyncio.gather(*(reader.rows(ONE_BY_ID, asked("org_a", "thg_1")) for _ in range(5)))
+    assert all(done and rows[0].id == "thg_1" for done, rows in answers)
+
+
+async def test_a_waiting_read_whose_caller_gave_up_leaves_the_others_answered(engine: AsyncEngine) -> None:
+    reader = await primed(PooledReader(engine), ONE_BY_ID)
+    reads = [asked("org_a", thing) for thing in ("thg_1", "thg_2", "thg_1", "thg_2", "thg_1")]
+    tasks = [asyncio.create_task(reader.rows(ONE_BY_ID, parameters)) for parameters in reads]
+    await asyncio.sleep(0)  # the first is sent, the others wait for the next query
+    tasks[2].cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(results[2], asyncio.CancelledError)
+    for index in (0, 1, 3, 4):
+        done, rows = results[index]  # type: ignore[misc]
+        assert done and [row.id for row in rows] == [reads[index]["resource_id"]]
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+def test_a_coalesced_query_numbers_each_reads_parameters_after_the_ones_before(engine: AsyncEngine) -> None:
+    prepared = PreparedRead(ONE_BY_ID, engine.dialect)
+    assert prepared.one_row and not PreparedRead(BY_ID, engine.dialect).one_row
+    sql = coalesced(prepared, 3)
+    assert sql is not None
+    assert sql.count(" UNION ALL ") == 2
+    assert [int(n) for n in re.findall(r"\$(\d+)", sql)] == [1, 2, 3, 4, 5, 6]
+    assert sql.endswith("AS parley_branch_2")

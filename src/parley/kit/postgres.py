@@ -23,6 +23,7 @@ transaction).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import itertools
@@ -181,6 +182,31 @@ async def _describe(driver: Any, prepared: PreparedRead) -> None:
     prepared.describe([attribute.type.oid for attribute in described.get_attributes()])
 
 
+# A coalesced query's sizes: a batch is padded up to the next one (its last read repeated), so each
+# statement has a handful of prepared forms, none padding its batch by more than two fifths.
+_BATCH_SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+# The column a coalesced query adds after the statement's own: which read the row answers.
+_BRANCH = "parley_branch"
+
+# A read waiting for the next query of its statement: its bound values and the caller's answer.
+_Waiter = tuple[list[Any], "asyncio.Future[tuple[bool, list[Any]]]"]
+
+
+def coalesced(prepared: PreparedRead, size: int) -> str | None:
+    """``size`` reads of ``prepared`` (a one-row statement) as one query: each read's statement, its
+    parameters numbered after the reads before it, as one branch of a ``UNION ALL`` that adds the
+    branch's number as a last column. None when the statement's SQL cannot be renumbered."""
+    width = len(prepared.binds)
+    branches = []
+    for branch in range(size):
+        sql = _renumbered(prepared, branch * width)
+        if sql is None:
+            return None
+        # Compiled SQL of the platform's own statements, every value a parameter: nothing is injected.
+        branches.append(f"SELECT *, {branch} AS {_BRANCH} FROM ({sql}) AS {_BRANCH}_{branch}")  # noqa: S608
+    return " UNION ALL ".join(branches)
+
+
 class PooledReader:
     """Reads outside any transaction, straight on asyncpg with a connection of the pool.
 
@@ -193,15 +219,42 @@ class PooledReader:
     columns' types. A connection that breaks meanwhile (or whose read is cancelled halfway) is closed,
     never reused, and the caller reads the usual way (which reconnects, or answers an outage as every
     other statement does); an error the server reports for the statement is raised by the usual way.
+
+    Under load, reads of a one-row statement (``kit.prepared.one_row``: a look-up by id) are coalesced.
+    A read that finds no query running is sent at once (a lone request waits for nothing). Reads that
+    arrive while one runs are gathered: those of one turn of the event loop leave together, as one
+    query (:func:`coalesced`), at its next turn, or, while ``max_in_flight`` queries run, as soon as one
+    of them ends. One round trip, one backend wake-up and one result to decode serve many requests,
+    where a query each cost the server a third more CPU per request and left the database's backends
+    competing for the cores (docs/benchmarks.md, issue 16).
+    A read only ever joins a query that has not been sent yet, so each answer was read after its
+    request asked: never older data than a query of its own would give. Each read's rows are the ones
+    of its own branch, with its own values (the organization's among them). When the query fails,
+    every read of it is told to read the usual way, which meets the same error and reports it.
     """
 
-    def __init__(self, engine: Any, *, ready: Callable[[Any], bool] = lambda _record: False) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        ready: Callable[[Any], bool] = lambda _record: False,
+        max_in_flight: int | None = None,
+    ) -> None:
         self.pool = engine.sync_engine.pool
         self.dialect = engine.dialect
         # ``ready(record)``: the engine's checkout listeners need no I/O for that idle connection
         # (kit.db's idle ping); then it is checked out without a greenlet.
         self.ready = ready
         self._prepared = PreparedReads(engine.dialect)
+        size = self.pool.size() if hasattr(self.pool, "size") else 1
+        # Half the pool: writes, and the reads of statements that are not coalesced, keep the rest.
+        self.max_in_flight = max_in_flight or max(1, size // 2)
+        self._in_flight = 0  # queries running (counted synchronously, before their first await)
+        self._waiting: dict[PreparedRead, list[_Waiter]] = {}  # by statement, in arrival order
+        self._sender_starting = False  # a sender exists that has not taken the waiting reads yet
+        self._senders: set[asyncio.Task[None]] = set()  # kept from the garbage collector until done
+        self._coalesced: dict[tuple[PreparedRead, int], str | None] = {}
+        self.queries = 0  # coalesced queries sent: visible to tests and diagnostics
 
     async def rows(self, statement: Any, parameters: dict[str, Any]) -> tuple[bool, list[Any]]:
         """(True, the rows) when read here; (False, []) when the caller must read."""
@@ -209,6 +262,19 @@ class PooledReader:
         if ready is None:
             return False, []
         (prepared,), (values,) = ready
+        if not prepared.one_row or (self._in_flight == 0 and not self._waiting):
+            self._in_flight += 1
+            try:
+                return await self._read(prepared, values)
+            finally:
+                self._in_flight -= 1
+                self._send_waiting()
+        future: asyncio.Future[tuple[bool, list[Any]]] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(prepared, []).append((values, future))
+        self._send_waiting()
+        return await future
+
+    async def _read(self, prepared: PreparedRead, values: list[Any]) -> tuple[bool, list[Any]]:
         fairy = await _check_out(self.pool, self.ready, self.dialect)
         try:
             driver = _idle_driver(fairy)
@@ -232,6 +298,97 @@ class PooledReader:
             if fairy.is_valid:
                 await _check_in(self.pool, fairy)  # no transaction was opened: no round trip to end it
         return True, [prepared.row(record) for record in records]
+
+    def _send_waiting(self) -> None:
+        """Start a sender for the waiting reads when a query is free and none is about to take them."""
+        if self._waiting and not self._sender_starting and self._in_flight < self.max_in_flight:
+            self._sender_starting = True
+            self._in_flight += 1
+            sender = asyncio.get_running_loop().create_task(self._send())
+            self._senders.add(sender)
+            sender.add_done_callback(self._senders.discard)
+
+    async def _send(self) -> None:
+        """Send the waiting reads, each statement's as one query, then again while more are waiting."""
+        self._sender_starting = False
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, {}
+                await self._answer(batch)
+        finally:
+            # In the same step as the last look at the queue: a read queued after it starts a sender.
+            self._in_flight -= 1
+            self._send_waiting()
+
+    async def _answer(self, batch: dict[PreparedRead, list[_Waiter]]) -> None:
+        """Answer every waiting read of ``batch`` (one query per statement and chunk, on one
+        connection); a read whose caller gave up meanwhile is skipped."""
+        waiters = [waiter for group in batch.values() for waiter in group]
+        try:
+            fairy = await _check_out(self.pool, self.ready, self.dialect)
+        except BaseException:
+            _give_way(waiters)
+            raise
+        try:
+            driver = _idle_driver(fairy)
+            if driver is None:
+                _give_way(waiters)
+                return
+            for prepared, group in batch.items():
+                await _describe(driver, prepared)
+                for start in range(0, len(group), _BATCH_SIZES[-1]):
+                    await self._answer_chunk(driver, prepared, group[start : start + _BATCH_SIZES[-1]])
+        except asyncpg.PostgresError as error:
+            if driver.is_closed():
+                fairy.invalidate(error)
+            _give_way(waiters)
+        except BaseException as error:
+            fairy.invalidate(error)
+            _give_way(waiters)
+            if not isinstance(error, Exception):
+                raise
+            log.warning("row_reader_gave_way", error=type(error).__name__)
+        finally:
+            if fairy.is_valid:
+                await _check_in(self.pool, fairy)
+
+    async def _answer_chunk(self, driver: Any, prepared: PreparedRead, chunk: list[_Waiter]) -> None:
+        if len(chunk) == 1:
+            values, future = chunk[0]
+            records = await driver.fetch(prepared.sql, *values)
+            if not future.done():
+                future.set_result((True, [prepared.row(record) for record in records]))
+            return
+        size = next(size for size in _BATCH_SIZES if size >= len(chunk))
+        key = (prepared, size)
+        try:
+            sql = self._coalesced[key]
+        except KeyError:
+            sql = coalesced(prepared, size)
+            if len(self._coalesced) < MAX_PREPARED:
+                self._coalesced[key] = sql
+        if sql is None:  # not renumberable: one query per read
+            for waiter in chunk:
+                await self._answer_chunk(driver, prepared, [waiter])
+            return
+        padding = [chunk[-1][0]] * (size - len(chunk))
+        self.queries += 1
+        records = await driver.fetch(sql, *itertools.chain.from_iterable([v for v, _ in chunk] + padding))
+        answers: list[list[Any]] = [[] for _ in chunk]
+        for record in records:
+            branch = record[-1]
+            if branch < len(chunk):
+                answers[branch].append(prepared.row(record[:-1]))
+        for (_, future), rows in zip(chunk, answers, strict=True):
+            if not future.done():
+                future.set_result((True, rows))
+
+
+def _give_way(waiters: list[_Waiter]) -> None:
+    """Tell every waiting read not yet answered to read the usual way."""
+    for _, future in waiters:
+        if not future.done():
+            future.set_result((False, []))
 
 
 class _NoRow(Exception):

@@ -17,6 +17,16 @@ from sqlalchemy.engine.result import result_tuple
 
 MAX_PREPARED = 256  # hot statements are built once per shape by their callers: a few dozen in all
 
+# The execution option of a statement marked by :func:`one_row`.
+ONE_ROW = "parley_one_row"
+
+
+def one_row(statement: Any) -> Any:
+    """``statement`` marked as returning at most one row whatever its values (a look-up by primary
+    key, a ``LIMIT 1``): ``kit.postgres.PooledReader`` may then answer concurrent reads of it with one
+    query. SQLAlchemy itself ignores the mark."""
+    return statement.execution_options(**{ONE_ROW: True})
+
 
 class PreparedRead:
     """One statement compiled for one dialect."""
@@ -52,6 +62,8 @@ class PreparedRead:
             and not statement._prefixes
             and not statement._returning
         )
+        # At most one row whatever the values (:func:`one_row`).
+        self.one_row = bool(statement.get_execution_options().get(ONE_ROW))
         # Built once the driver has told the columns' type codes (some types' conversions depend on it).
         self.processors: list[Any] | None = None
 

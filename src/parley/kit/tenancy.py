@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.kit.db import read_first
 from parley.kit.errors import NotFound
+from parley.kit.prepared import one_row
 
 T = TypeVar("T")
 
@@ -72,8 +73,11 @@ async def read_owned(
     statement = _ROW_BY_ID.get(model)
     if statement is None:
         table: Any = model.__table__
-        statement = _ROW_BY_ID[model] = select(table).where(
-            table.c.organization_id == bindparam("organization_id"), table.c.id == bindparam("resource_id")
+        statement = _ROW_BY_ID[model] = one_row(
+            select(table).where(
+                table.c.organization_id == bindparam("organization_id"),
+                table.c.id == bindparam("resource_id"),
+            )
         )
     row = await read_first(
         session, statement, {"organization_id": organization_id, "resource_id": resource_id}

@@ -38,6 +38,7 @@ from parley.kit.db import Database, commit_now, read_rows_beside, short_read, un
 from parley.kit.errors import Conflict, NotFound
 from parley.kit.ids import new_id
 from parley.kit.jobs import JobQueue
+from parley.kit.prepared import one_row
 from parley.kit.redaction import Redactor
 from parley.kit.tenancy import get_owned, read_owned, scoped
 from parley.privacy import service as privacy
@@ -301,8 +302,10 @@ async def create_session(
 
 _FLOWS = cast(Table, Flow.__table__)
 # What an opening needs of its flow (not the draft's definition, read only for the test channel).
-_FLOW_HEAD = select(_FLOWS.c.id, _FLOWS.c.latest_version).where(
-    _FLOWS.c.organization_id == bindparam("in_organization"), _FLOWS.c.id == bindparam("in_flow")
+_FLOW_HEAD = one_row(
+    select(_FLOWS.c.id, _FLOWS.c.latest_version).where(
+        _FLOWS.c.organization_id == bindparam("in_organization"), _FLOWS.c.id == bindparam("in_flow")
+    )
 )
 
 
@@ -392,8 +395,11 @@ async def open_session(
 _SESSIONS = cast(Table, ConversationSession.__table__)
 _INSERT_SESSION = insert(_SESSIONS)
 _SESSION_COLUMNS = [column for column in _SESSIONS.c if column.name != "state"]
-_READ_SESSION = select(_SESSIONS).where(
-    _SESSIONS.c.organization_id == bindparam("in_organization"), _SESSIONS.c.id == bindparam("in_session")
+_READ_SESSION = one_row(
+    select(_SESSIONS).where(
+        _SESSIONS.c.organization_id == bindparam("in_organization"),
+        _SESSIONS.c.id == bindparam("in_session"),
+    )
 )
 # A turn that does not end the conversation writes only what the turn changed, in one statement that is
 # also the optimistic check (the version read before the engine ran, the session still active), and
