@@ -258,6 +258,24 @@ async def test_a_waiting_read_whose_caller_gave_up_leaves_the_others_answered(en
     assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
+async def test_a_sender_cancelled_before_it_ran_leaves_no_read_waiting(engine: AsyncEngine) -> None:
+    # As a loop shutting down cancels its tasks: the waiting read is sent the usual way, and the
+    # reader's count of queries in flight is whole again.
+    reader = await primed(PooledReader(engine, max_in_flight=2), ONE_BY_ID)
+    sent = asyncio.create_task(reader.rows(ONE_BY_ID, asked("org_a", "thg_1")))
+    waiting = asyncio.create_task(reader.rows(ONE_BY_ID, asked("org_a", "thg_2")))
+    await asyncio.sleep(0)  # the first read is sent; the second waits for a sender not yet run
+    (sender,) = reader._senders
+    sender.cancel()
+    (done, rows), gave_way = await asyncio.gather(sent, waiting)
+    assert done and rows[0].id == "thg_1"
+    assert gave_way == (False, [])
+    answers = await asyncio.gather(*(reader.rows(ONE_BY_ID, asked("org_a", "thg_2")) for _ in range(5)))
+    assert all(done and rows[0].id == "thg_2" for done, rows in answers)
+    assert reader.queries == 1
+    assert engine.sync_engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
 def test_a_coalesced_query_numbers_each_reads_parameters_after_the_ones_before(engine: AsyncEngine) -> None:
     prepared = PreparedRead(ONE_BY_ID, engine.dialect)
     assert prepared.one_row and not PreparedRead(BY_ID, engine.dialect).one_row

@@ -251,7 +251,7 @@ class PooledReader:
         self.max_in_flight = max_in_flight or max(1, size // 2)
         self._in_flight = 0  # queries running (counted synchronously, before their first await)
         self._waiting: dict[PreparedRead, list[_Waiter]] = {}  # by statement, in arrival order
-        self._sender_starting = False  # a sender exists that has not taken the waiting reads yet
+        self._starting: asyncio.Task[None] | None = None  # a sender that has not taken the waiting reads yet
         self._senders: set[asyncio.Task[None]] = set()  # kept from the garbage collector until done
         self._coalesced: dict[tuple[PreparedRead, int], str | None] = {}
         self.queries = 0  # coalesced queries sent: visible to tests and diagnostics
@@ -301,16 +301,15 @@ class PooledReader:
 
     def _send_waiting(self) -> None:
         """Start a sender for the waiting reads when a query is free and none is about to take them."""
-        if self._waiting and not self._sender_starting and self._in_flight < self.max_in_flight:
-            self._sender_starting = True
+        if self._waiting and self._starting is None and self._in_flight < self.max_in_flight:
             self._in_flight += 1
-            sender = asyncio.get_running_loop().create_task(self._send())
+            sender = self._starting = asyncio.get_running_loop().create_task(self._send())
             self._senders.add(sender)
-            sender.add_done_callback(self._senders.discard)
+            sender.add_done_callback(self._sender_done)
 
     async def _send(self) -> None:
         """Send the waiting reads, each statement's as one query, then again while more are waiting."""
-        self._sender_starting = False
+        self._starting = None
         try:
             while self._waiting:
                 batch, self._waiting = self._waiting, {}
@@ -319,6 +318,14 @@ class PooledReader:
             # In the same step as the last look at the queue: a read queued after it starts a sender.
             self._in_flight -= 1
             self._send_waiting()
+
+    def _sender_done(self, sender: asyncio.Task[None]) -> None:
+        self._senders.discard(sender)
+        if self._starting is sender:  # cancelled before it ran (a loop shutting down): undo its start
+            self._starting = None
+            self._in_flight -= 1
+            waiting, self._waiting = self._waiting, {}
+            _give_way([waiter for group in waiting.values() for waiter in group])
 
     async def _answer(self, batch: dict[PreparedRead, list[_Waiter]]) -> None:
         """Answer every waiting read of ``batch`` (one query per statement and chunk, on one
