@@ -5,11 +5,13 @@ Two processes and Redis are in tests/distributed/test_identity_cache.py; here on
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import update
 
 from parley.auth.cache import (
@@ -190,3 +192,85 @@ async def test_a_received_message_is_applied_and_a_malformed_one_empties_the_cac
         bus._received(body if isinstance(body, str) else json.dumps(body))
         assert cache.role("usr_2", "org_1") is MISS
     await bus.redis.aclose()
+
+
+# --- a role read once for every request that misses it meanwhile -------------------------------
+
+
+class _RoleReads:
+    """A membership read that waits for ``release`` and counts how often it ran."""
+
+    def __init__(self, role: str | None = "member") -> None:
+        self.role = role
+        self.count = 0
+        self.release = asyncio.Event()
+        self.fail = False
+
+    async def __call__(self) -> str | None:
+        self.count += 1
+        await self.release.wait()
+        if self.fail:
+            raise ConnectionError("the database went away")
+        return self.role
+
+
+async def test_concurrent_misses_of_one_role_read_it_once() -> None:
+    cache = IdentityCache()
+    read = _RoleReads("admin")
+    readers = [asyncio.create_task(cache.read_role("usr_1", "org_1", read)) for _ in range(10)]
+    await asyncio.sleep(0)
+    read.release.set()
+    assert await asyncio.gather(*readers) == ["admin"] * 10
+    assert read.count == 1
+    assert cache.role("usr_1", "org_1") == "admin"
+    assert cache._reading_roles == {}
+
+
+async def test_a_miss_after_an_invalidation_does_not_take_the_read_that_began_before() -> None:
+    cache = IdentityCache()
+    before, after = _RoleReads("admin"), _RoleReads(None)  # the membership was removed meanwhile
+    first = asyncio.create_task(cache.read_role("usr_1", "org_1", before))
+    await asyncio.sleep(0)
+    cache.invalidate(Changes(members={("usr_1", "org_1")}))
+    second = asyncio.create_task(cache.read_role("usr_1", "org_1", after))
+    await asyncio.sleep(0)
+    before.release.set()
+    after.release.set()
+    assert await asyncio.gather(first, second) == ["admin", None]
+    assert (before.count, after.count) == (1, 1)
+    assert cache.role("usr_1", "org_1") is None  # the newer read's answer (not a member) is what is kept
+
+
+async def test_when_the_first_read_fails_the_others_read_on_their_own() -> None:
+    cache = IdentityCache()
+    read = _RoleReads("member")
+    read.fail = True
+    first = asyncio.create_task(cache.read_role("usr_1", "org_1", read))
+    await asyncio.sleep(0)
+    others = [asyncio.create_task(cache.read_role("usr_1", "org_1", read)) for _ in range(3)]
+    await asyncio.sleep(0)
+    read.release.set()
+    with pytest.raises(ConnectionError):
+        await first
+    read.fail = False
+    # They took the first read's failure as "read yourselves" (one of them may meanwhile fail too).
+    results = await asyncio.gather(*others, return_exceptions=True)
+    assert all(result == "member" or isinstance(result, ConnectionError) for result in results)
+    assert read.count >= 2
+
+
+async def test_a_caller_that_gives_up_does_not_cancel_the_read_the_others_wait_for() -> None:
+    cache = IdentityCache()
+    read = _RoleReads("owner")
+    first = asyncio.create_task(cache.read_role("usr_1", "org_1", read))
+    await asyncio.sleep(0)
+    impatient = asyncio.create_task(cache.read_role("usr_1", "org_1", read))
+    patient = asyncio.create_task(cache.read_role("usr_1", "org_1", read))
+    await asyncio.sleep(0)
+    impatient.cancel()
+    read.release.set()
+    assert await first == "owner"
+    assert await patient == "owner"
+    with pytest.raises(asyncio.CancelledError):
+        await impatient
+    assert read.count == 1

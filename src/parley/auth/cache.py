@@ -27,12 +27,14 @@ back into the cache.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import event, inspect
 from sqlalchemy.orm import ORMExecuteState, Session
@@ -144,6 +146,8 @@ class IdentityCache(BusCache):
         # they are read, so entries stored while subscribed expire within 1 s once Redis is lost.
         self._keys: dict[str, tuple[float, KeySnapshot]] = {}
         self._roles: dict[tuple[str, str], tuple[float, str | None]] = {}
+        # Roles being read from the database: the generation the read began in and its answer.
+        self._reading_roles: dict[tuple[str, str], tuple[int, asyncio.Future[Any]]] = {}
 
     # --- reading ------------------------------------------------------------------------------------
 
@@ -163,6 +167,39 @@ class IdentityCache(BusCache):
             return MISS
         _HIT.inc()
         return entry[1]
+
+    async def read_role(
+        self, user_id: str, organization_id: str, read: Callable[[], Awaitable[str | None]]
+    ) -> str | None:
+        """The role ``read`` from the database, read once for every request that misses it meanwhile,
+        and stored.
+
+        When an entry expired under load, every request in flight read it at the same moment: a burst
+        of ORM reads that stalled the worker for a few hundred milliseconds each time the lifetime ran
+        out (docs/benchmarks.md, twelfth round). The first request reads it; one that misses the same
+        role while that read runs takes its answer, provided nothing was invalidated since it began
+        (else it reads on its own, as it does when the first read fails or its request is cancelled).
+        """
+        pair = (user_id, organization_id)
+        reading = self._reading_roles.get(pair)
+        if reading is not None and reading[0] == self.generation:
+            role = await asyncio.shield(reading[1])
+            if role is not MISS:
+                return cast(str | None, role)
+        generation = self.generation
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._reading_roles[pair] = (generation, answer)
+        try:
+            role = await read()
+        except BaseException:
+            answer.set_result(MISS)  # the others read on their own
+            raise
+        finally:
+            if self._reading_roles.get(pair, (0, None))[1] is answer:
+                del self._reading_roles[pair]
+        self.put_role(user_id, organization_id, role, generation)
+        answer.set_result(role)
+        return role
 
     # --- storing (only when nothing was invalidated since the read began) -------------------------
 

@@ -19,7 +19,7 @@ requests, and per address for failed authentications (after which the address ge
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,17 +206,18 @@ class IdentityResolver:
             return principal.api_key_role() if principal.api_key_organization_id == organization_id else None
         if principal.kind != "user":
             return None
+
+        def read() -> Awaitable[str | None]:
+            return session.scalar(_MEMBER_ROLE, {"organization_id": organization_id, "user_id": principal.id})
+
         cache = self.cache
-        if cache is not None:
+        if cache is None:
+            role = await read()
+        else:
             cached = cache.role(principal.id, organization_id)
             if cached is not MISS:
                 return Role(cached) if cached is not None else None
-            generation = cache.generation
-        role = await session.scalar(
-            _MEMBER_ROLE, {"organization_id": organization_id, "user_id": principal.id}
-        )
-        if cache is not None:
-            cache.put_role(principal.id, organization_id, role, generation)
+            role = await cache.read_role(principal.id, organization_id, read)
         return Role(role) if role is not None else None
 
     async def context(
