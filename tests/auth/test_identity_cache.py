@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
 
 from parley.auth.cache import (
     LOCAL_TTL,
@@ -27,7 +27,7 @@ from parley.auth.cache import (
 from parley.auth.models import ApiKey
 from parley.config import Settings
 from parley.kit.db import Database, unit_of_work
-from tests.conftest import auth, make_token
+from tests.conftest import auth, committed_app, make_token
 from tests.live import free_port
 from tests.organizations.test_router import ALICE, create_org
 
@@ -274,3 +274,26 @@ async def test_a_caller_that_gives_up_does_not_cancel_the_read_the_others_wait_f
     with pytest.raises(asyncio.CancelledError):
         await impatient
     assert read.count == 1
+
+
+async def test_concurrent_requests_of_a_user_whose_entry_expired_read_the_row_once(
+    tmp_path: Any, committed_url: str
+) -> None:
+    async with committed_app(tmp_path, committed_url) as (client, database, app):
+        org = await create_org(client)
+        headers = auth(ALICE, str(org["id"]))
+        assert (await client.get("/api/api-keys", headers=headers)).status_code == 200
+        user_reads: list[str] = []
+
+        def note(_connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            if "FROM users" in statement:
+                user_reads.append(statement)
+
+        event.listen(database.engine.sync_engine, "before_cursor_execute", note)
+        try:
+            app.state.known_users._entries.clear()  # as when the entries' minute ran out
+            answers = await asyncio.gather(*(client.get("/api/api-keys", headers=headers) for _ in range(12)))
+        finally:
+            event.remove(database.engine.sync_engine, "before_cursor_execute", note)
+        assert [answer.status_code for answer in answers] == [200] * 12
+        assert len(user_reads) == 1, user_reads

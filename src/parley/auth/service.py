@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -45,6 +47,29 @@ class KnownUsers:
         self.ttl = ttl_seconds
         self.max_entries = max_entries
         self._entries: dict[str, _KnownUser] = {}
+        self._reading: dict[str, asyncio.Future[None]] = {}  # subjects whose row a request is reading
+
+    async def after_read_under_way(self, subject: str) -> bool:
+        """Wait for the end of a read of ``subject``'s row that another request has under way: True
+        when there was one (then :meth:`get` may know the user). When an entry expired under load,
+        every request in flight read the row at the same moment; now one does and the others wait."""
+        reading = self._reading.get(subject)
+        if reading is None:
+            return False
+        await asyncio.shield(reading)
+        return True
+
+    def reading(self, subject: str) -> Callable[[], None]:
+        """Note that this request reads ``subject``'s row; call what it returns when it is done."""
+        under_way: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reading[subject] = under_way
+
+        def done() -> None:
+            if self._reading.get(subject) is under_way:
+                del self._reading[subject]
+            under_way.set_result(None)
+
+        return done
 
     def get(self, claims: Claims) -> _KnownUser | None:
         entry = self._entries.get(claims.subject)
@@ -79,8 +104,24 @@ def _user_principal(
 async def user_from_claims(
     session: AsyncSession, claims: Claims, admin_subjects: list[str], known: KnownUsers | None = None
 ) -> Principal:
-    if known is not None and (entry := known.get(claims)) is not None:
+    if known is None:
+        return await _user_from_row(session, claims, admin_subjects, None)
+    entry = known.get(claims)
+    if entry is None and await known.after_read_under_way(claims.subject):
+        entry = known.get(claims)
+    if entry is not None:
         return _user_principal(entry.user_id, entry.email, entry.name, claims, admin_subjects)
+    done = known.reading(claims.subject)
+    try:
+        return await _user_from_row(session, claims, admin_subjects, known)
+    finally:
+        done()
+
+
+async def _user_from_row(
+    session: AsyncSession, claims: Claims, admin_subjects: list[str], known: KnownUsers | None
+) -> Principal:
+    """The user of ``claims`` as stored (created, or its profile updated, when the token says more)."""
     user = await session.scalar(select(User).where(User.subject == claims.subject))
     changed = True
     if user is None:
