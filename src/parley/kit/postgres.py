@@ -225,8 +225,8 @@ class PooledReader:
     arrive while one runs are gathered: those of one turn of the event loop leave together, as one
     query (:func:`coalesced`), at its next turn, or, while ``max_in_flight`` queries run, as soon as one
     of them ends. One round trip, one backend wake-up and one result to decode serve many requests,
-    where a query each cost the server a third more CPU per request and left the database's backends
-    competing for the cores (docs/benchmarks.md, issue 16).
+    where a query per read cost the server about 40 % more CPU per request under load and left the
+    database's backends competing for the cores (docs/benchmarks.md, issue 16).
     A read only ever joins a query that has not been sent yet, so each answer was read after its
     request asked: never older data than a query of its own would give. Each read's rows are the ones
     of its own branch, with its own values (the organization's among them). When the query fails,
