@@ -14,7 +14,7 @@ from parley.calls.models import Call
 from parley.kit.db import Database, utcnow
 from parley.kit.errors import Conflict
 from parley.llm.models import LLMUsage
-from parley.runtime.state import ConversationState
+from parley.runtime.state import ConversationState, TransferState
 from parley.sessions import service
 from parley.sessions.service import sweep_idle
 from tests.conftest import auth, make_token
@@ -282,3 +282,45 @@ async def test_get_answers_the_session_as_its_turns_did(make_platform: Any) -> N
     assert "Echo hallo." in [line["text"] for line in got["transcript"]]
     other: Platform = await make_platform()
     assert (await other.get(f"/api/sessions/{started['id']}")).status_code == 404
+
+
+async def test_a_voice_legs_late_end_leaves_a_session_handed_to_a_transfer_during_it(
+    make_platform: Any, database: Database
+) -> None:
+    """A Twilio leg stops when the call is handed to a dial; when the target is busy the caller comes
+    back on a new leg. The first leg's teardown may run after that: it must not end the session."""
+    platform: Platform = await make_platform()
+    session = await platform.start(await platform.flow(ECHO))
+    first_leg_began = utcnow()
+    async with database.sessionmaker() as db:
+        row = await service.get_session(db, platform.org, session["id"], lock=True)
+        state = ConversationState.from_json(row.state)
+        state.transfer = TransferState(
+            to="+4930123456", node_id="ask", status="busy", requested_at=utcnow(), resume_index=1
+        )
+        await service._save(db, row, state, None)
+        await db.commit()
+    second_leg_began = utcnow()
+    async with database.sessionmaker() as db:
+        await service.end_session(
+            db,
+            platform.org,
+            session["id"],
+            outcome="abandoned",
+            reason="caller_hung_up",
+            unless_handed_over_since=first_leg_began,
+        )
+        await db.commit()
+    assert (await platform.get(f"/api/sessions/{session['id']}")).json()["status"] == "active"
+    async with database.sessionmaker() as db:  # the leg that took the caller back ends it
+        await service.end_session(
+            db,
+            platform.org,
+            session["id"],
+            outcome="abandoned",
+            reason="caller_hung_up",
+            unless_handed_over_since=second_leg_began,
+        )
+        await db.commit()
+    ended = (await platform.get(f"/api/sessions/{session['id']}")).json()
+    assert (ended["status"], ended["end_reason"]) == ("ended", "caller_hung_up")

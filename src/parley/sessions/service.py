@@ -632,15 +632,20 @@ async def end_session(
     *,
     outcome: str = "completed",
     reason: str,
-    unless_transferring: bool = False,
+    unless_handed_over_since: datetime | None = None,
 ) -> ConversationSession:
-    """End the session now. ``unless_transferring``: a session whose call is being transferred is
-    left as it is (its media stream stops because the provider dials; the dial's result decides)."""
+    """End the session now. ``unless_handed_over_since``: a voice leg's end, the leg having begun at
+    that time. A session whose call was handed to a transfer since then is left as it is: its media
+    stream stopped because the provider dials, and the dial's result decides (the session ends as
+    transferred, or the caller comes back on a new leg, which this leg's late teardown must not end)."""
     row = await get_session(session, organization_id, session_id, lock=True)
     if row.status != "active":
         raise SessionEnded(f"Session {session_id!r} has already ended.")
     state = _state(row)
-    if unless_transferring and state.transferring:
+    if unless_handed_over_since is not None and (
+        state.transferring
+        or (state.transfer is not None and state.transfer.requested_at >= unless_handed_over_since)
+    ):
         return row
     state.status, state.outcome, state.end_reason, state.waiting = "ended", outcome, reason, False  # type: ignore[assignment]
     await _save(session, row, state, None)

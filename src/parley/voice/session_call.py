@@ -27,7 +27,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from parley.auth.principal import OrgContext
 from parley.calls.service import attach_voice, call_of_session, recording_blob_key
 from parley.flows.definition import CollectNode, FlowDefinition, TurnTaking
-from parley.kit.db import unit_of_work
+from parley.kit.db import unit_of_work, utcnow
 from parley.kit.errors import NotFound, ParleyError
 from parley.kit.jobs import runner_for
 from parley.kit.lifecycle import lifecycle_of
@@ -321,6 +321,8 @@ class VoiceCall(ABC):
 
     def __init__(self, app: Any, opened: Opened, *, record_rate: int = SAMPLE_RATE) -> None:
         self.app = app
+        # This leg's start: a transfer requested after it is the dial's to end, not this leg's.
+        self.began_at = utcnow()
         self.session_id = opened.session_id
         self.context = opened.context
         self.opened = opened
@@ -497,8 +499,8 @@ class VoiceCall(ABC):
             outcome, reason = "abandoned", "caller_hung_up"
         state = self.app.state
         try:
-            # A stream that stops because the call is being transferred leaves the session to the
-            # dial's result (parley.telephony.handover).
+            # A stream that stops because the call was handed to a dial leaves the session to the
+            # dial's result (parley.telephony.handover), and to the leg that takes the caller back.
             async with (
                 locks.hold(self.session_id),
                 unit_of_work(state.db, jobs=runner_for(state)) as session,
@@ -509,7 +511,7 @@ class VoiceCall(ABC):
                     self.session_id,
                     outcome=outcome,
                     reason=reason,
-                    unless_transferring=True,
+                    unless_handed_over_since=self.began_at,
                 )
         except SessionEnded:
             pass
