@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -301,26 +301,21 @@ async def test_a_voice_legs_late_end_leaves_a_session_handed_to_a_transfer_durin
         await service._save(db, row, state, None)
         await db.commit()
     second_leg_began = utcnow()
-    async with database.sessionmaker() as db:
-        await service.end_session(
-            db,
-            platform.org,
-            session["id"],
-            outcome="abandoned",
-            reason="caller_hung_up",
-            unless_handed_over_since=first_leg_began,
-        )
-        await db.commit()
+
+    async def end_leg(began_at: datetime) -> None:
+        async with database.sessionmaker() as db:
+            await service.end_session(
+                db,
+                platform.org,
+                session["id"],
+                outcome="abandoned",
+                reason="caller_hung_up",
+                unless_handed_over_since=began_at,
+            )
+            await db.commit()
+
+    await end_leg(first_leg_began)
     assert (await platform.get(f"/api/sessions/{session['id']}")).json()["status"] == "active"
-    async with database.sessionmaker() as db:  # the leg that took the caller back ends it
-        await service.end_session(
-            db,
-            platform.org,
-            session["id"],
-            outcome="abandoned",
-            reason="caller_hung_up",
-            unless_handed_over_since=second_leg_began,
-        )
-        await db.commit()
+    await end_leg(second_leg_began)  # the leg that took the caller back ends it
     ended = (await platform.get(f"/api/sessions/{session['id']}")).json()
     assert (ended["status"], ended["end_reason"]) == ("ended", "caller_hung_up")
