@@ -319,3 +319,42 @@ async def test_a_voice_legs_late_end_leaves_a_session_handed_to_a_transfer_durin
     await end_leg(second_leg_began)  # the leg that took the caller back ends it
     ended = (await platform.get(f"/api/sessions/{session['id']}")).json()
     assert (ended["status"], ended["end_reason"]) == ("ended", "caller_hung_up")
+
+
+async def test_a_voice_legs_late_teardown_leaves_the_mark_of_the_leg_that_took_the_caller_back(
+    make_platform: Any, database: Database
+) -> None:
+    """While the provider dials, the first leg's teardown clears the voice mark (call.ended then goes
+    out at once). Once the dial is over and the caller is back on a new leg that set the mark, the
+    first leg's late teardown leaves it: the new leg's voice facts still reach call.ended."""
+    platform: Platform = await make_platform()
+    session = await platform.start(await platform.flow(ECHO))
+    first_leg_began = utcnow()
+
+    async def set_transfer(status: str) -> None:
+        async with database.sessionmaker() as db:
+            row = await service.get_session(db, platform.org, session["id"], lock=True)
+            state = ConversationState.from_json(row.state)
+            state.transfer = TransferState(
+                to="+4930123456", node_id="ask", status=status, requested_at=utcnow(), resume_index=1
+            )
+            await service._save(db, row, state, None)
+            await db.commit()
+
+    async def mark(connected: bool, leg_began: datetime | None = None) -> bool:
+        async with database.sessionmaker() as db:
+            await service.mark_voice_connected(
+                db, platform.org, session["id"], connected, unless_handed_over_since=leg_began
+            )
+            await db.commit()
+            row = await service.get_session(db, platform.org, session["id"])
+            return bool(row.voice_connected)
+
+    assert await mark(True) is True  # the first leg connects
+    await set_transfer("dialing")
+    assert await mark(False, first_leg_began) is False  # its stream stopped for the dial
+    assert await mark(True) is True  # a leg that connects later sets it again
+    await set_transfer("busy")  # the target was busy: the caller is back on a new leg
+    assert await mark(True) is True
+    assert await mark(False, first_leg_began) is True  # the first leg's late teardown leaves it
+    assert await mark(False, utcnow()) is False  # the new leg's own teardown clears it

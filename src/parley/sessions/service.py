@@ -668,13 +668,31 @@ async def set_voiced(
 
 
 async def mark_voice_connected(
-    session: AsyncSession, organization_id: str, session_id: str, connected: bool = True
+    session: AsyncSession,
+    organization_id: str,
+    session_id: str,
+    connected: bool = True,
+    *,
+    unless_handed_over_since: datetime | None = None,
 ) -> None:
     """A voice transport serves the session from now on (its voice facts follow the call record), or
     (``connected=False``) no longer: its stream stopped for a transfer, and whoever ends the session
     later sends ``call.ended`` at once.
 
+    ``unless_handed_over_since``: the leg clearing the mark began at that time. When a dial requested
+    since then is already over, the caller may be back on a new leg that set the mark for itself; this
+    leg's late teardown leaves it (at worst ``call.ended`` waits out its grace period).
+
     A plain UPDATE that leaves the row's ``version`` alone: a turn in flight is not made to retry."""
+    if not connected and unless_handed_over_since is not None:
+        state = _state(await get_session(session, organization_id, session_id))
+        transfer = state.transfer
+        if (
+            transfer is not None
+            and not state.transferring
+            and transfer.requested_at >= unless_handed_over_since
+        ):
+            return
     await session.execute(
         update(ConversationSession)
         .where(

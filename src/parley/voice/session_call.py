@@ -542,7 +542,8 @@ class VoiceCall(ABC):
                 await self._end_session()
                 if not await self._recorded():  # a transfer's result ends it; the sweeper otherwise
                     log.warning("voice_call_record_missing", session_id=self.session_id)
-                    await self.mark_connected(False)  # that end sends call.ended without waiting
+                    # that end sends call.ended without waiting (unless the caller is back on a new leg)
+                    await self.mark_connected(False)
                     return
             filename = await self._upload(path) if path is not None else None
             for attempt in (1, 2):  # one retry: a lost write costs the caller's figures and the event's
@@ -580,7 +581,11 @@ class VoiceCall(ABC):
         try:
             async with unit_of_work(self.app.state.db) as session:
                 await service.mark_voice_connected(
-                    session, self.context.organization_id, self.session_id, connected
+                    session,
+                    self.context.organization_id,
+                    self.session_id,
+                    connected,
+                    unless_handed_over_since=None if connected else self.began_at,
                 )
         except Exception as exc:  # call.ended then goes out when the session ends, without them
             log.warning(
