@@ -6,10 +6,13 @@ connections) runs on the other core. Candidates alternate over several rounds in
 report gives medians and the ratio to the bare ASGI app returning the same JSON bytes.
 
     .venv/bin/python bench/platform_bench.py [--duration 10] [--rounds 3] [--engines sqlite,postgresql]
-        [--before /path/to/older/src]
+        [--before /path/to/older/src] [--database-core] [--auth jwt|api-key]
 
 ``--database-core`` moves the local PostgreSQL server to wrk's core during the PostgreSQL rounds (a
 database on a host of its own); without it the database's backends share the server's core.
+
+``--auth api-key`` sends the organization's API key instead of a user's JWT (the key's row, its
+cached snapshot and the note of its last use, instead of the user and membership).
 
 ``--before`` adds the same request served by another source tree (e.g. ``git archive`` of an earlier
 commit, its ``src`` directory) as a further candidate in the same rounds, for a before/after figure.
@@ -225,10 +228,18 @@ def main() -> None:
         help="move the local PostgreSQL server's processes to wrk's core during the PostgreSQL rounds, as a "
         "database on a host of its own would be (otherwise its backends also run on the server's core)",
     )
+    parser.add_argument(
+        "--auth",
+        choices=("jwt", "api-key"),
+        default="jwt",
+        help="the credential each request carries: a user's JWT with X-Organization-Id (default), or an "
+        "API key of the organization",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")
 
+    auth_label = ", API key" if args.auth == "api-key" else ""
     results: dict[str, list[dict[str, float]]] = {}
     for engine in args.engines.split(","):
         with tempfile.TemporaryDirectory() as tmp:
@@ -252,9 +263,15 @@ def main() -> None:
                         f"{base}/api/organizations", json={"name": "Bench"}, headers=headers
                     ).json()
                     headers["X-Organization-Id"] = org["id"]
-                    key = httpx.post(f"{base}/api/api-keys", json={"name": "bench"}, headers=headers).json()
+                    # managing API keys takes the admin role, which a key has with the admin scope
+                    wanted = {"name": "bench", "scopes": ["read", "write", "admin"]}
+                    key = httpx.post(f"{base}/api/api-keys", json=wanted, headers=headers).json()
                     url = f"{base}/api/api-keys/{key['id']}"
-                    body = httpx.get(url, headers=headers).content
+                    if args.auth == "api-key":
+                        headers = {"Authorization": f"Bearer {key['secret']}"}
+                    answer = httpx.get(url, headers=headers)
+                    answer.raise_for_status()  # the measured request must succeed
+                    body = answer.content
                 (data_dir / "body.json").write_bytes(body)
                 bare_env = {**env, "PARLEY_BENCH_BODY": str(data_dir / "body.json")}
                 bare_port = _free_port()
@@ -283,9 +300,9 @@ def main() -> None:
                     for label, candidate_env in candidates:
                         with server(serve, candidate_env, f"{base}/healthz") as process:
                             wrk(url, headers, 2)  # warm-up: imports, pool, caches
-                            results.setdefault(f"GET /api/api-keys/{{id}} ({engine}{label})", []).append(
-                                measured(process.pid, url, headers, args.duration, f"{base}/metrics")
-                            )
+                            results.setdefault(
+                                f"GET /api/api-keys/{{id}} ({engine}{label}{auth_label})", []
+                            ).append(measured(process.pid, url, headers, args.duration, f"{base}/metrics"))
                     print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
             finally:
                 pinned.close()

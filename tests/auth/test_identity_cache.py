@@ -223,7 +223,7 @@ async def test_concurrent_misses_of_one_role_read_it_once() -> None:
     assert await asyncio.gather(*readers) == ["admin"] * 10
     assert read.count == 1
     assert cache.role("usr_1", "org_1") == "admin"
-    assert cache._reading_roles == {}
+    assert cache._reading == {}
 
 
 async def test_a_miss_after_an_invalidation_does_not_take_the_read_that_began_before() -> None:
@@ -297,3 +297,35 @@ async def test_concurrent_requests_of_a_user_whose_entry_expired_read_the_row_on
             event.remove(database.engine.sync_engine, "before_cursor_execute", note)
         assert [answer.status_code for answer in answers] == [200] * 12
         assert len(user_reads) == 1, user_reads
+
+
+async def test_concurrent_requests_with_a_key_whose_entry_expired_read_it_and_note_its_use_once(
+    tmp_path: Any, committed_url: str
+) -> None:
+    """Twelve requests with one API key, its cache entry gone and its use due to be noted: one reads
+    the ``api_keys`` row and writes ``last_used_at``; the others take its answer (no burst of reads and
+    writes of one row each time the entry's lifetime runs out)."""
+    async with committed_app(tmp_path, committed_url) as (client, database, app):
+        org = await create_org(client)
+        owner = auth(ALICE, str(org["id"]))
+        key_id, secret = await _key(client, owner, ["read"])
+        statements: list[str] = []
+
+        def note(_connection: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            if "api_keys" in statement:
+                statements.append(" ".join(statement.split()).upper())
+
+        event.listen(database.engine.sync_engine, "before_cursor_execute", note)
+        try:
+            app.state.identity_cache.clear()  # as when the entry's lifetime ran out
+            key = {"Authorization": f"Bearer {secret}"}
+            answers = await asyncio.gather(*(client.get("/api/me", headers=key) for _ in range(12)))
+        finally:
+            event.remove(database.engine.sync_engine, "before_cursor_execute", note)
+        assert [answer.status_code for answer in answers] == [200] * 12
+        reads = [s for s in statements if s.startswith("SELECT") and "FROM API_KEYS" in s]
+        writes = [s for s in statements if s.startswith("UPDATE API_KEYS")]
+        assert (len(reads), len(writes)) == (1, 1), statements
+        noted = await client.get(f"/api/api-keys/{key_id}", headers=owner)
+        assert noted.json()["last_used_at"] is not None  # the one write was committed
+        assert app.state.identity_cache.key(key_id) is not None  # and the next request reads no row

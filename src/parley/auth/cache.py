@@ -146,8 +146,8 @@ class IdentityCache(BusCache):
         # they are read, so entries stored while subscribed expire within 1 s once Redis is lost.
         self._keys: dict[str, tuple[float, KeySnapshot]] = {}
         self._roles: dict[tuple[str, str], tuple[float, str | None]] = {}
-        # Roles being read from the database: the generation the read began in and its answer.
-        self._reading_roles: dict[tuple[str, str], tuple[int, asyncio.Future[Any]]] = {}
+        # Entries being read from the database: the generation the read began in and its answer.
+        self._reading: dict[tuple[str, ...], tuple[int, asyncio.Future[Any]]] = {}
 
     # --- reading ------------------------------------------------------------------------------------
 
@@ -171,35 +171,50 @@ class IdentityCache(BusCache):
     async def read_role(
         self, user_id: str, organization_id: str, read: Callable[[], Awaitable[str | None]]
     ) -> str | None:
-        """The role ``read`` from the database, read once for every request that misses it meanwhile,
-        and stored.
+        """The role ``read`` from the database, read once for every request that misses it meanwhile
+        (:meth:`_read_once`), and stored."""
+        role, generation, _ = await self._read_once(("role", user_id, organization_id), read)
+        self.put_role(user_id, organization_id, role, generation)
+        return cast(str | None, role)
+
+    async def read_key(
+        self, key_id: str, read: Callable[[], Awaitable[KeySnapshot | None]]
+    ) -> tuple[KeySnapshot | None, int, bool]:
+        """The key ``read`` from the database, read once for every request that misses it meanwhile
+        (:meth:`_read_once`): the snapshot, the generation the read began in, and whether this call
+        read it (only that request notes the key's use; the caller stores the snapshot)."""
+        snapshot, generation, read_here = await self._read_once(("key", key_id), read)
+        return cast(KeySnapshot | None, snapshot), generation, read_here
+
+    async def _read_once(
+        self, slot: tuple[str, ...], read: Callable[[], Awaitable[Any]]
+    ) -> tuple[Any, int, bool]:
+        """``read()``'s answer for ``slot``, the generation its read began in, and whether this call read.
 
         When an entry expired under load, every request in flight read it at the same moment: a burst
         of ORM reads that stalled the worker for a few hundred milliseconds each time the lifetime ran
         out (docs/benchmarks.md, twelfth round). The first request reads it; one that misses the same
-        role while that read runs takes its answer, provided nothing was invalidated since it began
+        entry while that read runs takes its answer, provided nothing was invalidated since it began
         (else it reads on its own, as it does when the first read fails or its request is cancelled).
         """
-        pair = (user_id, organization_id)
-        reading = self._reading_roles.get(pair)
+        reading = self._reading.get(slot)
         if reading is not None and reading[0] == self.generation:
-            role = await asyncio.shield(reading[1])
-            if role is not MISS:
-                return cast(str | None, role)
+            answer = await asyncio.shield(reading[1])
+            if answer is not MISS:
+                return answer, reading[0], False
         generation = self.generation
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._reading_roles[pair] = (generation, answer)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._reading[slot] = (generation, future)
         try:
-            role = await read()
+            answer = await read()
         except BaseException:
-            answer.set_result(MISS)  # the others read on their own
+            future.set_result(MISS)  # the others read on their own
             raise
         finally:
-            if self._reading_roles.get(pair, (0, None))[1] is answer:
-                del self._reading_roles[pair]
-        self.put_role(user_id, organization_id, role, generation)
-        answer.set_result(role)
-        return role
+            if self._reading.get(slot, (0, None))[1] is future:
+                del self._reading[slot]
+        future.set_result(answer)
+        return answer, generation, True
 
     # --- storing (only when nothing was invalidated since the read began) -------------------------
 

@@ -18,7 +18,7 @@ from parley.auth.principal import Principal
 from parley.auth.roles import Role
 from parley.auth.tokens import ADMIN_ROLE_CLAIM, Claims
 from parley.kit.crypto import constant_time_equals, sha256_hex
-from parley.kit.db import after_commit, utcnow
+from parley.kit.db import utcnow
 from parley.kit.errors import Unauthorized
 from parley.kit.ids import new_id
 from parley.kit.metrics import AUTH_FAILURES
@@ -169,13 +169,20 @@ async def principal_from_api_key(
     key_id, whole = split
     now = utcnow()
     snapshot = cache.key(key_id) if cache is not None else None
-    key: ApiKey | None = None
+    key: ApiKey | None = None  # the row, when this request read it
     generation = 0
     if snapshot is None or _last_use_due(snapshot.last_used_at, now):
-        # Not cached, or ``last_used_at`` is due: read the row (and note the use below).
-        generation = cache.generation if cache is not None else 0
-        key = await session.get(ApiKey, key_id)
-        snapshot = KeySnapshot.of(key) if key is not None else None
+        # Not cached, or its last use is due to be noted: read the row, once for all the requests
+        # that miss it meanwhile (the one that read it notes the use below).
+        async def read() -> KeySnapshot | None:
+            nonlocal key
+            key = await session.get(ApiKey, key_id)
+            return KeySnapshot.of(key) if key is not None else None
+
+        if cache is None:
+            snapshot = await read()
+        else:
+            snapshot, generation, _ = await cache.read_key(key_id, read)
     # Compare even when the row is missing, so timing does not reveal which key ids exist.
     expected = snapshot.key_hash if snapshot is not None else "0" * 64
     if not constant_time_equals(sha256_hex(whole), expected) or snapshot is None:
@@ -189,15 +196,12 @@ async def principal_from_api_key(
         raise Unauthorized("The API key has expired.")
     if key is not None:
         if _last_use_due(key.last_used_at, now):
-            key.last_used_at = now
-            if cache is not None:
-                noted = replace(snapshot, last_used_at=now)
-
-                async def _remember() -> None:
-                    cache.put_key(noted, generation)
-
-                after_commit(session, _remember)  # cached once the noted use is committed
-        elif cache is not None:
+            key.last_used_at = now  # written with this request's transaction
+            snapshot = replace(snapshot, last_used_at=now)
+        if cache is not None:
+            # Stored now, not after the commit: the requests that arrive meanwhile neither read the
+            # row nor note the same use again. Should this transaction not commit, the use is noted
+            # by the first request after the entry's lifetime (≤ 30 s).
             cache.put_key(snapshot, generation)
     return Principal(
         kind="api_key",
