@@ -14,7 +14,10 @@ core 1; the baseline is ``bench/bare_asgi.py`` returning the first page's bytes.
 over several rounds in one run (the trees' order flips every round); medians are reported.
 
     PYTHONPATH=src .venv/bin/python bench/calls_list_bench.py [--duration 5] [--rounds 3]
-        [--engines sqlite,postgresql] [--before /path/to/older/src] [--profile out.txt]
+        [--engines sqlite,postgresql] [--before /path/to/older/src] [--profile out.txt] [--database-core]
+
+``--database-core`` moves the local PostgreSQL server to wrk's core during the PostgreSQL rounds (a
+database on a host of its own); without it the database's backends share the server's core.
 
 ``--before`` adds another source tree (``git archive <commit> src``) with its own database, migrated by
 that tree, as a further candidate. ``--profile out`` records an extra first-page load of each tree in
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import shutil
 import statistics
@@ -48,6 +52,7 @@ from sqlalchemy import insert, text  # noqa: E402
 from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
 from ulid import ULID  # noqa: E402
 
+from bench.pinning import postgres_on  # noqa: E402
 from bench.platform_bench import PY, _free_port, cpu_seconds, drop, prepare, server, wrk  # noqa: E402
 from parley.brain.models import BrainSignal  # noqa: E402
 from parley.calls.models import Call  # noqa: E402
@@ -351,6 +356,12 @@ def main() -> None:
     parser.add_argument("--engines", default="sqlite,postgresql")
     parser.add_argument("--before", help="another source tree's src directory, run as a candidate too")
     parser.add_argument("--profile", help="py-spy output files' prefix (an extra first-page run per tree)")
+    parser.add_argument(
+        "--database-core",
+        action="store_true",
+        help="move the local PostgreSQL server's processes to wrk's core during the PostgreSQL rounds, as a "
+        "database on a host of its own would be (otherwise its backends also run on the server's core)",
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")
@@ -363,6 +374,7 @@ def main() -> None:
         serve = [PY, "-m", "parley", "serve", "--port", str(port)]
         with tempfile.TemporaryDirectory() as tmp:
             trees: list[Tree] = []
+            pinned = contextlib.ExitStack()
             try:
                 sources = [("after", str(ROOT / "src"))] + ([("before", args.before)] if args.before else [])
                 for label, src in sources:
@@ -395,6 +407,8 @@ def main() -> None:
                     "--log-level",
                     "warning",
                 ]
+                if engine == "postgresql" and args.database_core:
+                    pinned.enter_context(postgres_on(1))
                 for round_index in range(args.rounds):
                     with server(bare, bare_env, f"http://127.0.0.1:{bare_port}/"):
                         results.setdefault("bare ASGI, the first page's bytes", []).append(
@@ -420,6 +434,7 @@ def main() -> None:
                                 spy.wait()
                     print(f"{engine}: round {round_index + 1}/{args.rounds} done", file=sys.stderr)
             finally:
+                pinned.close()
                 for tree in trees:
                     if tree.database:
                         drop(tree.database)

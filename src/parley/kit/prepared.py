@@ -66,15 +66,20 @@ class PreparedRead:
         self.one_row = bool(statement.get_execution_options().get(ONE_ROW))
         # Built once the driver has told the columns' type codes (some types' conversions depend on it).
         self.processors: list[Any] | None = None
+        self.converts = True
 
     def describe(self, type_codes: list[Any] | None) -> None:
         """The columns' conversions, from the type codes the driver reports (``None``: it reports none,
         as ``sqlite3`` does)."""
         codes = type_codes or [None] * len(self.columns)
-        self.processors = [
+        processors = [
             column.type.dialect_impl(self.dialect).result_processor(self.dialect, code)
             for column, code in zip(self.columns, codes, strict=True)
         ]
+        # Often no column needs one (asyncpg gives Python values): then a row is made of the values as
+        # they come, without a step per value (a third of a 50-row page's conversion time).
+        self.converts = any(process is not None for process in processors)
+        self.processors = processors
 
     def parameters(self, values: dict[str, Any]) -> list[Any]:
         """The statement's bound values in order: the caller's by name, else the statement's own.
@@ -89,6 +94,8 @@ class PreparedRead:
 
     def row(self, values: Any) -> Any:
         assert self.processors is not None, "describe() first"
+        if not self.converts:
+            return self.make_row(values)
         return self.make_row(
             [
                 value if process is None else process(value)
