@@ -173,23 +173,21 @@ class IdentityCache(BusCache):
     ) -> str | None:
         """The role ``read`` from the database, read once for every request that misses it meanwhile
         (:meth:`_read_once`), and stored."""
-        role, generation, _ = await self._read_once(("role", user_id, organization_id), read)
+        role, generation = await self._read_once(("role", user_id, organization_id), read)
         self.put_role(user_id, organization_id, role, generation)
         return cast(str | None, role)
 
     async def read_key(
         self, key_id: str, read: Callable[[], Awaitable[KeySnapshot | None]]
-    ) -> tuple[KeySnapshot | None, int, bool]:
+    ) -> tuple[KeySnapshot | None, int]:
         """The key ``read`` from the database, read once for every request that misses it meanwhile
-        (:meth:`_read_once`): the snapshot, the generation the read began in, and whether this call
-        read it (only that request notes the key's use; the caller stores the snapshot)."""
-        snapshot, generation, read_here = await self._read_once(("key", key_id), read)
-        return cast(KeySnapshot | None, snapshot), generation, read_here
+        (:meth:`_read_once`), and the generation the read began in (the caller stores the snapshot:
+        the request that read the row notes the key's use first)."""
+        snapshot, generation = await self._read_once(("key", key_id), read)
+        return cast(KeySnapshot | None, snapshot), generation
 
-    async def _read_once(
-        self, slot: tuple[str, ...], read: Callable[[], Awaitable[Any]]
-    ) -> tuple[Any, int, bool]:
-        """``read()``'s answer for ``slot``, the generation its read began in, and whether this call read.
+    async def _read_once(self, slot: tuple[str, ...], read: Callable[[], Awaitable[Any]]) -> tuple[Any, int]:
+        """``read()``'s answer for ``slot`` and the generation its read began in.
 
         When an entry expired under load, every request in flight read it at the same moment: a burst
         of ORM reads that stalled the worker for a few hundred milliseconds each time the lifetime ran
@@ -201,7 +199,7 @@ class IdentityCache(BusCache):
         if reading is not None and reading[0] == self.generation:
             answer = await asyncio.shield(reading[1])
             if answer is not MISS:
-                return answer, reading[0], False
+                return answer, reading[0]
         generation = self.generation
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._reading[slot] = (generation, future)
@@ -214,7 +212,7 @@ class IdentityCache(BusCache):
             if self._reading.get(slot, (0, None))[1] is future:
                 del self._reading[slot]
         future.set_result(answer)
-        return answer, generation, True
+        return answer, generation
 
     # --- storing (only when nothing was invalidated since the read began) -------------------------
 

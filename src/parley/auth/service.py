@@ -182,7 +182,7 @@ async def principal_from_api_key(
         if cache is None:
             snapshot = await read()
         else:
-            snapshot, generation, _ = await cache.read_key(key_id, read)
+            snapshot, generation = await cache.read_key(key_id, read)
     # Compare even when the row is missing, so timing does not reveal which key ids exist.
     expected = snapshot.key_hash if snapshot is not None else "0" * 64
     if not constant_time_equals(sha256_hex(whole), expected) or snapshot is None:
