@@ -28,7 +28,7 @@ import contextvars
 import functools
 import itertools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -275,17 +275,31 @@ class PooledReader:
         return await future
 
     async def _read(self, prepared: PreparedRead, values: list[Any]) -> tuple[bool, list[Any]]:
+        async def fetch(driver: Any) -> list[Any]:
+            await _describe(driver, prepared)
+            records: list[Any] = await driver.fetch(prepared.sql, *values)
+            return records
+
+        read, records = await self._on_idle_driver(fetch)
+        return (True, [prepared.row(record) for record in records]) if read else (False, [])
+
+    async def _on_idle_driver(self, work: Callable[[Any], Awaitable[list[Any]]]) -> tuple[bool, list[Any]]:
+        """``work(driver)`` on an idle pooled connection, outside any transaction: (True, its answer),
+        or (False, []) when the caller must read the usual way.
+
+        A connection that breaks meanwhile (or whose work is cancelled halfway) is closed, never
+        reused; an error the server reports for a statement leaves it to the usual way, which runs the
+        statement again and reports the error as it always does."""
         fairy = await _check_out(self.pool, self.ready, self.dialect)
         try:
             driver = _idle_driver(fairy)
             if driver is None:
                 return False, []
-            await _describe(driver, prepared)
-            records = await driver.fetch(prepared.sql, *values)
+            return True, await work(driver)
         except asyncpg.PostgresError as error:
             if driver.is_closed():  # the server ended the connection (a shutdown, a terminated backend)
                 fairy.invalidate(error)
-            return False, []  # the usual way runs it again and reports the error as it always does
+            return False, []
         except BaseException as error:
             # Lost, broken or cancelled halfway through a statement: the connection's state is unknown,
             # so it is closed (outside a greenlet SQLAlchemy terminates it without waiting), never reused.
@@ -297,7 +311,6 @@ class PooledReader:
         finally:
             if fairy.is_valid:
                 await _check_in(self.pool, fairy)  # no transaction was opened: no round trip to end it
-        return True, [prepared.row(record) for record in records]
 
     def _send_waiting(self) -> None:
         """Start a sender for the waiting reads when a query is free and none is about to take them."""
@@ -329,35 +342,24 @@ class PooledReader:
 
     async def _answer(self, batch: dict[PreparedRead, list[_Waiter]]) -> None:
         """Answer every waiting read of ``batch`` (one query per statement and chunk, on one
-        connection); a read whose caller gave up meanwhile is skipped."""
-        waiters = [waiter for group in batch.values() for waiter in group]
-        try:
-            fairy = await _check_out(self.pool, self.ready, self.dialect)
-        except BaseException:
-            _give_way(waiters)
-            raise
-        try:
-            driver = _idle_driver(fairy)
-            if driver is None:
-                _give_way(waiters)
-                return
+        connection); a read whose caller gave up meanwhile is skipped. When the connection cannot
+        serve them, each read not yet answered reads the usual way."""
+
+        async def answer_all(driver: Any) -> list[Any]:
             for prepared, group in batch.items():
                 await _describe(driver, prepared)
                 for start in range(0, len(group), _BATCH_SIZES[-1]):
                     await self._answer_chunk(driver, prepared, group[start : start + _BATCH_SIZES[-1]])
-        except asyncpg.PostgresError as error:
-            if driver.is_closed():
-                fairy.invalidate(error)
+            return []
+
+        waiters = [waiter for group in batch.values() for waiter in group]
+        try:
+            answered, _ = await self._on_idle_driver(answer_all)
+        except BaseException:
             _give_way(waiters)
-        except BaseException as error:
-            fairy.invalidate(error)
+            raise
+        if not answered:
             _give_way(waiters)
-            if not isinstance(error, Exception):
-                raise
-            log.warning("row_reader_gave_way", error=type(error).__name__)
-        finally:
-            if fairy.is_valid:
-                await _check_in(self.pool, fairy)
 
     async def _answer_chunk(self, driver: Any, prepared: PreparedRead, chunk: list[_Waiter]) -> None:
         if len(chunk) == 1:
